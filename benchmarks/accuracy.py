@@ -1,0 +1,95 @@
+"""Accuracy on IWSLT2011 test (Ref and ASR) at lookahead 0..4 and offline, per class.
+
+    python benchmarks/accuracy.py --data ../shared/data/iwslt [--model DIR] [--readme]
+
+Writes benchmarks/results/accuracy.json (and the README table with --readme).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import machine, update_readme, write_json  # noqa: E402
+
+from streampunct import Punctuator, read_iwslt, score  # noqa: E402
+from streampunct.punctuator import DEFAULT_CHECKPOINT  # noqa: E402
+
+SETS = {"Ref": "test2011", "ASR": "test2011asr"}
+MODES: list[int | None] = [0, 1, 2, 3, 4, None]
+
+
+def mode_name(k: int | None) -> str:
+    return "offline" if k is None else f"k={k}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True, help="folder with test2011 and test2011asr")
+    ap.add_argument("--model", default=None, help="checkpoint folder (default: the shipped model)")
+    ap.add_argument("--readme", action="store_true", help="also rewrite the README's accuracy table")
+    args = ap.parse_args()
+
+    p = Punctuator.load(args.model, device="cpu")
+    model_dir = Path(args.model) if args.model else DEFAULT_CHECKPOINT
+    training = (
+        json.loads((model_dir / "training.json").read_text())
+        if (model_dir / "training.json").is_file()
+        else None
+    )
+    rows = []
+    for set_name, file_name in SETS.items():
+        words, labels = read_iwslt(Path(args.data) / file_name)
+        for k in MODES:
+            t0 = time.perf_counter()
+            report = score(labels, p.predict(words, lookahead=k))
+            seconds = time.perf_counter() - t0
+            rows.append(
+                {"set": set_name, "mode": mode_name(k), "seconds": round(seconds, 2), **report.to_dict()}
+            )
+            print(
+                f"{set_name:4} {mode_name(k):8} micro-F1 {report.micro_f1:5.1f}  ({seconds:.1f}s)", flush=True
+            )
+    payload = {"machine": machine(), "model": str(model_dir), "training": training, "results": rows}
+    print(f"wrote {write_json('accuracy.json', payload)}")
+    if args.readme:
+        update_readme("accuracy", table(rows, payload))
+
+
+def table(rows: list[dict], payload: dict) -> str:
+    def f(x: float) -> str:
+        return f"{x:.1f}"
+
+    lines = [
+        "| set | mode | COMMA P / R / F1 | PERIOD P / R / F1 | QUESTION P / R / F1 | micro-F1 | macro-F1 | SER |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        cls = [
+            " / ".join(f(r[c][m]) for m in ("precision", "recall", "f1"))
+            for c in ("COMMA", "PERIOD", "QUESTION")
+        ]
+        lines.append(
+            f"| {r['set']} | {r['mode']} | {' | '.join(cls)} | **{f(r['micro_f1'])}** | {f(r['macro_f1'])} | {f(r['ser'])} |"
+        )
+    m = payload["machine"]
+    lines.append("")
+    lines.append(
+        f"Measured {m['date']} on {m['cpu']} ({m['cores']} cores, torch {m['torch']}), `python benchmarks/accuracy.py`."
+    )
+    t = payload.get("training")
+    if t:
+        lines.append(
+            f"Training: {t['steps']:,} steps, {t['seen_tokens'] / 1e6:.1f} M word pieces seen, "
+            f"{t['train_seconds'] / 3600:.1f} h on {t['machine']}; best dev2012 (first {t['dev_words']:,} words) "
+            f"micro-F1 {t['dev_f1_k2']:.1f} at k=2, {t['dev_f1_offline']:.1f} offline."
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""Shared by the benchmarks: a description of the machine, and writing results."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+README = Path(__file__).parent.parent / "README.md"
+
+
+def machine() -> dict[str, object]:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info: dict[str, object] = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+    }
+    return info
+
+
+def write_json(name: str, payload: dict[str, object]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / name
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path
+
+
+def update_readme(section: str, markdown: str) -> None:
+    """Replace the text between <!-- section:start --> and <!-- section:end --> in the README."""
+    text = README.read_text()
+    pattern = re.compile(rf"(<!-- {section}:start -->\n).*?(<!-- {section}:end -->)", re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"README has no <!-- {section}:start/end --> markers")
+    README.write_text(pattern.sub(lambda m: m.group(1) + markdown.rstrip() + "\n" + m.group(2), text))

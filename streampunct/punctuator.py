@@ -1,0 +1,148 @@
+"""The public entry point: load a checkpoint, label words, punctuate text."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from .errors import CheckpointError, InputError
+from .model import PunctModel
+from .pieces import WordPieces, collate, plan_windows
+from .text import LABELS, normalize_text, render
+
+if TYPE_CHECKING:
+    from .stream import PunctStream
+
+__all__ = ["Punctuator", "DEFAULT_CHECKPOINT", "MAX_LOOKAHEAD", "resolve_device"]
+
+DEFAULT_CHECKPOINT = Path(__file__).parent / "checkpoints" / "default"
+MAX_LOOKAHEAD = 64
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def check_lookahead(lookahead: int | None) -> None:
+    if lookahead is None:
+        return
+    if isinstance(lookahead, bool) or not isinstance(lookahead, int):
+        raise InputError(f"lookahead must be an int or None (offline), got {lookahead!r}")
+    if not 0 <= lookahead <= MAX_LOOKAHEAD:
+        raise InputError(f"lookahead must be between 0 and {MAX_LOOKAHEAD} words, got {lookahead}")
+
+
+@torch.no_grad()
+def window_logits(
+    model: PunctModel, ids: Sequence[tuple[int, ...]], t: int, lookahead: int, base: int = 0
+) -> torch.Tensor:
+    """(n_labels,) logits of token ``t`` from its block's window, seeing ``lookahead`` tokens ahead.
+
+    ``ids[i]`` holds the pieces of token ``base + i``; tokens up to ``t + lookahead`` must be there.
+    """
+    cfg = model.cfg
+    start = max(0, (t // cfg.block) * cfg.block - cfg.context)
+    window = ids[start - base : t + lookahead + 1 - base]
+    device = next(model.parameters()).device
+    input_ids, word_pos, word_ends = (x.to(device) for x in collate([window], cfg))
+    return model(input_ids, word_pos, word_ends, lookahead)[0, t - start].float().cpu()
+
+
+@torch.no_grad()
+def token_logits(
+    model: PunctModel,
+    pieces: WordPieces,
+    tokens: Sequence[str],
+    lookahead: int | None,
+    batch_size: int = 32,
+) -> torch.Tensor:
+    """(N, n_labels) logits for normalised tokens, window by window (see :mod:`streampunct.pieces`).
+
+    With a lookahead k, the last k tokens of the text, which have fewer than k tokens after them,
+    are decided with the lookahead they have (the same rule a stream applies when time runs out).
+    """
+    if not tokens:
+        return torch.zeros(0, model.cfg.n_labels)
+    device = next(model.parameters()).device
+    ids = pieces.encode(tokens)
+    windows = plan_windows(len(tokens), model.cfg, lookahead)
+    out: list[torch.Tensor] = []
+    for i in range(0, len(windows), batch_size):
+        chunk = windows[i : i + batch_size]
+        input_ids, word_pos, word_ends = collate([ids[w.start : w.end] for w in chunk], model.cfg)
+        logits = (
+            model(input_ids.to(device), word_pos.to(device), word_ends.to(device), lookahead).float().cpu()
+        )
+        out.extend(logits[b, w.first - w.start : w.stop - w.start] for b, w in enumerate(chunk))
+    result = torch.cat(out)
+    n = len(tokens)
+    for t in range(max(0, n - (lookahead or 0)), n):
+        result[t] = window_logits(model, ids, t, n - 1 - t)
+    return result
+
+
+def label_tokens(
+    model: PunctModel, pieces: WordPieces, tokens: Sequence[str], lookahead: int | None
+) -> list[int]:
+    """The best label id for each normalised token."""
+    return token_logits(model, pieces, tokens, lookahead).argmax(-1).tolist()
+
+
+class Punctuator:
+    """Restores COMMA, PERIOD and QUESTION after words.
+
+    ``lookahead=k`` decides each word from the words before it and at most ``k`` after it (the
+    streaming model); ``lookahead=None`` uses the whole context (offline).
+    """
+
+    def __init__(self, model: PunctModel, pieces: WordPieces):
+        self.model = model.eval()
+        self.pieces = pieces
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, device: str | torch.device = "auto") -> Punctuator:
+        """Load a checkpoint folder; with no path, the default model shipped in the package."""
+        d = Path(path) if path is not None else DEFAULT_CHECKPOINT
+        if not (d / "model.safetensors").is_file() or not (d / "vocab.txt").is_file():
+            raise CheckpointError(f"{d} is not a streampunct checkpoint (model.safetensors, vocab.txt)")
+        model = PunctModel.load(d, resolve_device(device))
+        return cls(model, WordPieces(d / "vocab.txt", model.cfg.max_pieces))
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def predict(self, words: Sequence[str], lookahead: int | None = None) -> list[str]:
+        """One label per word (O, COMMA, PERIOD or QUESTION): the mark that follows it.
+
+        Words may come straight from a recogniser (``" Don't,"``): they are normalised first, and
+        a word that normalises to nothing (``"--"``) gets O.
+        """
+        if isinstance(words, str):
+            raise InputError("predict() takes a list of words; use punctuate() for a string")
+        check_lookahead(lookahead)
+        tokens, source = normalize_text(words)
+        token_labels = label_tokens(self.model, self.pieces, tokens, lookahead)
+        labels = ["O"] * len(words)
+        for src, lab in zip(source, token_labels):
+            labels[src] = LABELS[lab]  # a word split in two takes the label of its last token
+        return labels
+
+    def stream(self, lookahead: int = 2, max_delay_ms: float | None = None) -> PunctStream:
+        """A stream that decides each word once ``lookahead`` words follow it, or ``max_delay_ms``
+        after it ended on the recogniser's clock (see :mod:`streampunct.stream`)."""
+        from .stream import Lookahead, PunctStream
+
+        return PunctStream(self.model, self.pieces, Lookahead(lookahead, max_delay_ms))
+
+    def punctuate(self, text: str, lookahead: int | None = None) -> str:
+        """Punctuated, capitalised text from unpunctuated text ("" for blank input)."""
+        check_lookahead(lookahead)
+        tokens, _ = normalize_text(text.split())
+        labels = label_tokens(self.model, self.pieces, tokens, lookahead)
+        return render(tokens, [LABELS[i] for i in labels])

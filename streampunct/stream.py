@@ -1,0 +1,316 @@
+"""Streaming punctuation with a bounded delay: a sans-I/O core that servers and clients drive.
+
+A :class:`PunctStream` takes words as a recogniser emits them (:meth:`PunctStream.push`), accepts
+replacements of the words that are not final yet (:meth:`PunctStream.revise`), lets the
+recogniser's clock run on through silence (:meth:`PunctStream.tick`) and ends with
+:meth:`PunctStream.finish`. Each call returns :class:`PunctEvent` objects: provisional labels for
+display, and exactly one final label per word, in word order, never changed afterwards.
+
+When a word becomes final is the business of one small object, :class:`Lookahead`: once ``k``
+words follow it, or once the recogniser's clock has passed the word's end by ``max_delay_ms``
+(which a pause of that length does too). A word decided early is decided with the lookahead it
+has: the words that had ended by its deadline. Without time limits firing, the final labels equal
+``Punctuator.predict(words, lookahead=k)`` word for word.
+
+Lookahead counts the model's tokens, which are IWSLT words: a recogniser word such as "don't" is
+two of them ("do n't"), and "--" is none (it is labelled O).
+
+A stream is not thread-safe: drive each from one thread or task at a time. Streams share their
+model read-only, so many streams may run in many threads.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .errors import InputError
+from .incremental import WindowState
+from .model import PunctModel
+from .pieces import WordPieces
+from .punctuator import MAX_LOOKAHEAD, window_logits
+from .text import LABELS, normalize
+
+__all__ = ["Word", "PunctEvent", "Lookahead", "PunctStream"]
+
+
+@dataclass(frozen=True)
+class Word:
+    """A recogniser's word, with optional times in seconds on the recogniser's clock."""
+
+    text: str
+    start: float | None = None
+    end: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise InputError(f"word text must be a string, got {type(self.text).__name__}")
+        for name in ("start", "end"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+            ):
+                raise InputError(
+                    f"word {self.text!r}: {name} must be a finite number of seconds, got {value!r}"
+                )
+        if self.start is not None and self.end is not None and self.end < self.start:
+            raise InputError(f"word {self.text!r} ends ({self.end}) before it starts ({self.start})")
+
+
+@dataclass(frozen=True)
+class PunctEvent:
+    """The mark after word ``index`` of the stream: provisional, or final and never changed."""
+
+    index: int
+    word: str
+    label: str
+    final: bool
+
+    @property
+    def mark(self) -> str:
+        return {"O": "", "COMMA": ",", "PERIOD": ".", "QUESTION": "?"}[self.label]
+
+
+@dataclass(frozen=True)
+class Lookahead:
+    """The commit policy: a word is final once ``words`` tokens follow it, or ``max_delay_ms``
+    after its end on the recogniser's clock (``None``: no time limit)."""
+
+    words: int
+    max_delay_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.words, bool)
+            or not isinstance(self.words, int)
+            or not 0 <= self.words <= MAX_LOOKAHEAD
+        ):
+            raise InputError(f"lookahead must be an int between 0 and {MAX_LOOKAHEAD}, got {self.words!r}")
+        if self.max_delay_ms is not None and not (
+            self.max_delay_ms >= 0 and math.isfinite(self.max_delay_ms)
+        ):
+            raise InputError(f"max_delay_ms must be a finite number >= 0 or None, got {self.max_delay_ms!r}")
+
+    def deadline(self, word: Word) -> float | None:
+        """Clock time (s) by which the word must be final; None when there is no time limit."""
+        if self.max_delay_ms is None or word.end is None:
+            return None
+        return word.end + self.max_delay_ms / 1000
+
+    def lookahead_at(self, deadline: float, following: Iterable[Word]) -> int:
+        """How many of the following tokens' words had ended by the deadline (at most ``words``)."""
+        n = 0
+        for w in following:
+            if w.end is None or w.end > deadline or n >= self.words:
+                break
+            n += 1
+        return n
+
+
+class PunctStream:
+    """One stream of words in, punctuation events out. Create it with ``Punctuator.stream()``."""
+
+    def __init__(self, model: PunctModel, pieces: WordPieces, policy: Lookahead):
+        self.model = model
+        self.pieces = pieces
+        self.policy = policy
+        self._k = policy.words
+        self._words: list[Word] = []  # words from _word_base on
+        self._word_base = 0
+        self._ids: list[tuple[int, ...]] = []  # tokens' pieces, from _tok_base on
+        self._tok_word: list[int] = []  # each token's word index
+        self._tok_base = 0
+        self._tok_label: list[int] = []  # decided tokens' labels, from _tok_base on
+        self._windows: dict[int, WindowState] = {}  # by block
+        self._final_words = 0
+        self._final_tokens = 0
+        self._shown: dict[int, str] = {}  # provisional label last shown, by word
+        self._clock = -math.inf
+        self._finished = False
+
+    # --- public ------------------------------------------------------------------------------
+
+    @property
+    def n_words(self) -> int:
+        return self._word_base + len(self._words)
+
+    @property
+    def n_final(self) -> int:
+        """Words ``0 .. n_final - 1`` are final."""
+        return self._final_words
+
+    def push(self, words: Iterable[str | Word], now: float | None = None) -> list[PunctEvent]:
+        """Add words; ``now`` (s) is the recogniser's clock, if it is ahead of the words' ends."""
+        self._check_open()
+        batch = [self._as_word(w) for w in words]
+        for w in batch:
+            self._add(w)
+        return self._advance(now)
+
+    def revise(self, index: int, words: Iterable[str | Word], now: float | None = None) -> list[PunctEvent]:
+        """Replace the words from ``index`` on (none of them final yet) by ``words``."""
+        self._check_open()
+        batch = [self._as_word(w) for w in words]
+        if (
+            isinstance(index, bool)
+            or not isinstance(index, int)
+            or not self._final_words <= index <= self.n_words
+        ):
+            raise InputError(
+                f"can revise from word {self._final_words} to {self.n_words} (words before "
+                f"{self._final_words} are final), not from {index!r}"
+            )
+        cut = self._first_token_of(index)
+        del self._words[index - self._word_base :]
+        del self._ids[cut - self._tok_base :], self._tok_word[cut - self._tok_base :]
+        del self._tok_label[max(0, cut - self._tok_base) :]
+        self._final_tokens = min(self._final_tokens, cut)
+        self._shown = {i: lab for i, lab in self._shown.items() if i < index}
+        for b in list(self._windows):
+            start = self._window_start(b)
+            if start >= cut:
+                del self._windows[b]
+            else:
+                self._windows[b].truncate(cut - start)
+        for w in batch:
+            self._add(w)
+        return self._advance(now)
+
+    def tick(self, now: float) -> list[PunctEvent]:
+        """The recogniser's clock has reached ``now`` (s) with no new words: apply time limits."""
+        self._check_open()
+        return self._advance(now)
+
+    def finish(self) -> list[PunctEvent]:
+        """End of stream: every remaining word becomes final, with the lookahead it has."""
+        self._check_open()
+        events = self._advance(None, flush=True)
+        self._finished = True
+        self._windows.clear()
+        return events
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._finished:
+            raise InputError("the stream is finished")
+
+    @staticmethod
+    def _as_word(w: str | Word) -> Word:
+        if isinstance(w, Word):
+            return w
+        if isinstance(w, str):
+            return Word(w)
+        raise InputError(f"a word is a str or a Word, got {type(w).__name__}")
+
+    def _window_start(self, block: int) -> int:
+        return max(0, block * self.model.cfg.block - self.model.cfg.context)
+
+    def _first_token_of(self, word: int) -> int:
+        for t in range(len(self._tok_word) - 1, -1, -1):
+            if self._tok_word[t] < word:
+                return self._tok_base + t + 1
+        return self._tok_base
+
+    def _add(self, w: Word) -> None:
+        index = self.n_words
+        self._words.append(w)
+        for token in normalize(w.text):
+            t = self._tok_base + len(self._ids)
+            pieces = self.pieces.encode([token])[0]
+            self._ids.append(pieces)
+            self._tok_word.append(index)
+            cfg = self.model.cfg
+            first = max(0, -((t - cfg.block - self._k + 1) // -cfg.block))  # ceil
+            for b in range(first, (t + cfg.context) // cfg.block + 1):
+                if b not in self._windows:
+                    if self._window_start(b) != t:
+                        continue  # that window was closed, or opens with a later token
+                    self._windows[b] = WindowState(self.model, self._k)
+                self._windows[b].append(pieces)
+        if w.end is not None or w.start is not None:
+            self._clock = max(self._clock, w.end if w.end is not None else w.start)  # type: ignore[type-var]
+
+    def _decide(self, t: int, flush: bool) -> int | None:
+        """The label of token t if it can be final now, else None."""
+        n_tokens = self._tok_base + len(self._ids)
+        after = n_tokens - 1 - t
+        if after >= self._k:
+            block = t // self.model.cfg.block
+            return int(self._windows[block].logits(t - self._window_start(block)).argmax())
+        word = self._words[self._tok_word[t - self._tok_base] - self._word_base]
+        deadline = self.policy.deadline(word)
+        if flush:
+            j = after
+        elif deadline is not None and self._clock >= deadline:
+            following = (
+                self._words[self._tok_word[u - self._tok_base] - self._word_base]
+                for u in range(t + 1, n_tokens)
+            )
+            j = self.policy.lookahead_at(deadline, following)
+        else:
+            return None
+        return int(window_logits(self.model, self._ids, t, j, base=self._tok_base).argmax())
+
+    def _advance(self, now: float | None, flush: bool = False) -> list[PunctEvent]:
+        if now is not None:
+            self._clock = max(self._clock, now)
+        n_tokens = self._tok_base + len(self._ids)
+        while self._final_tokens < n_tokens:
+            label = self._decide(self._final_tokens, flush)
+            if label is None:
+                break
+            self._tok_label.append(label)
+            self._final_tokens += 1
+        events = self._finalise_words()
+        events.extend(self._provisional())
+        self._trim()
+        return events
+
+    def _finalise_words(self) -> list[PunctEvent]:
+        events = []
+        while self._final_words < self.n_words:
+            i = self._final_words
+            last = self._first_token_of(i + 1) - 1  # the word's last token (or an earlier word's)
+            has_tokens = last >= self._tok_base and self._tok_word[last - self._tok_base] == i
+            if has_tokens and last >= self._final_tokens:
+                break
+            label = LABELS[self._tok_label[last - self._tok_base]] if has_tokens else "O"
+            events.append(PunctEvent(i, self._words[i - self._word_base].text, label, True))
+            self._shown.pop(i, None)
+            self._final_words += 1
+        return events
+
+    def _provisional(self) -> list[PunctEvent]:
+        events = []
+        cfg = self.model.cfg
+        for pos in range(len(self._ids)):
+            t = self._tok_base + pos
+            i = self._tok_word[pos]
+            if t < self._final_tokens or i < self._final_words:
+                continue
+            if pos + 1 < len(self._ids) and self._tok_word[pos + 1] == i:
+                continue  # not the word's last token
+            block = t // cfg.block
+            label = LABELS[int(self._windows[block].logits(t - self._window_start(block)).argmax())]
+            if self._shown.get(i) != label:
+                self._shown[i] = label
+                events.append(PunctEvent(i, self._words[i - self._word_base].text, label, False))
+        return events
+
+    def _trim(self) -> None:
+        """Forget what no decision can need again: memory stays flat however long the stream."""
+        cfg = self.model.cfg
+        block = self._final_tokens // cfg.block
+        for b in [b for b in self._windows if b < block]:
+            del self._windows[b]
+        keep_from = self._window_start(block)
+        if keep_from - self._tok_base > 4 * cfg.block:
+            drop = keep_from - self._tok_base
+            del self._ids[:drop], self._tok_word[:drop], self._tok_label[:drop]
+            self._tok_base = keep_from
+        first_needed = min(self._final_words, self._tok_word[0] if self._tok_word else self._final_words)
+        if first_needed - self._word_base > 256:
+            del self._words[: first_needed - self._word_base]
+            self._word_base = first_needed

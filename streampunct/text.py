@@ -1,0 +1,161 @@
+"""Words in, text out: labels, the IWSLT reader, normalisation and rendering.
+
+The model sees words the way the IWSLT data writes them: lowercase, no punctuation glued on,
+clitics split off (``do n't``, ``it 's``; ``'ve`` and ``'d`` stay attached). :func:`normalize`
+turns any recogniser's word into such tokens and is used identically in training and inference.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from .errors import DataFormatError, UnknownLabelError
+
+__all__ = ["LABELS", "MARKS", "normalize", "normalize_text", "normalize_labeled", "render", "read_iwslt"]
+
+LABELS: tuple[str, ...] = ("O", "COMMA", "PERIOD", "QUESTION")
+LABEL_ID = {label: i for i, label in enumerate(LABELS)}
+MARKS = {"O": "", "COMMA": ",", "PERIOD": ".", "QUESTION": "?"}
+
+# Clitics split off as their own token (Penn Treebank style, as in IWSLT).
+_SPLIT_CLITICS = ("n't", "'s", "'re", "'m", "'ll")
+# Abbreviations whose final dot belongs to the word.
+_ABBREVIATIONS = frozenset(
+    "mr. mrs. ms. dr. st. jr. sr. vs. prof. mt. etc. no. inc. ltd. co. gen. sen. rep. gov.".split()
+)
+_EDGE_PUNCT = '"“”‘’«»()[]{}<>,;:!?¡¿…-–—*_/\\|~`^'
+_APOSTROPHES = str.maketrans({"’": "'", "‘": "'", "ʼ": "'"})
+_HAS_WORD_CHAR = re.compile(r"[\w&%$€£@#+]", re.UNICODE)
+
+
+def _split_clitic(token: str) -> list[str]:
+    for clitic in _SPLIT_CLITICS:
+        if token.endswith(clitic) and len(token) > len(clitic):
+            head = token[: -len(clitic)]
+            if clitic == "n't" and head in ("ca", "wo", "sha"):
+                return [head, clitic]
+            return [head, clitic] if head[-1].isalpha() or head[-1].isdigit() else [token]
+    return [token]
+
+
+def normalize(word: str) -> list[str]:
+    """One recogniser word to the model's tokens (zero, one or two of them).
+
+    >>> normalize(" Don't,")
+    ['do', "n't"]
+    >>> normalize("U.S.")
+    ['u.s.']
+    >>> normalize("--")
+    []
+    """
+    token = word.strip().translate(_APOSTROPHES).lower()
+    bare = token.strip(_EDGE_PUNCT).rstrip(".")
+    if bare in _SPLIT_CLITICS or bare in ("'ve", "'d"):  # a clitic arriving on its own
+        return [bare]
+    token = token.strip(_EDGE_PUNCT + "'\"")
+    # A final dot is sentence punctuation unless it ends an abbreviation ("mr.", "u.s.").
+    while token.endswith(".") and token not in _ABBREVIATIONS and "." not in token[:-1]:
+        token = token[:-1].rstrip(_EDGE_PUNCT)
+    token = token.strip(_EDGE_PUNCT)
+    if not token or not _HAS_WORD_CHAR.search(token):
+        return []
+    if token == "can't":
+        return ["ca", "n't"]
+    if token == "won't":
+        return ["wo", "n't"]
+    return _split_clitic(token)
+
+
+def normalize_text(words: Iterable[str]) -> tuple[list[str], list[int]]:
+    """Normalise many words; returns the tokens and, for each token, the index of its source word."""
+    tokens: list[str] = []
+    source: list[int] = []
+    for i, word in enumerate(words):
+        for token in normalize(word):
+            tokens.append(token)
+            source.append(i)
+    return tokens, source
+
+
+def normalize_labeled(words: Sequence[str], labels: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Normalise labelled words for training: a split word's label goes on its last token, and the
+    label of a word that vanishes (``--``) moves to the token before it if that one has none."""
+    if len(words) != len(labels):
+        raise ValueError(f"{len(words)} words but {len(labels)} labels")
+    tokens: list[str] = []
+    out: list[str] = []
+    for word, label in zip(words, labels):
+        parts = normalize(word)
+        if parts:
+            tokens.extend(parts)
+            out.extend(["O"] * (len(parts) - 1) + [label])
+        elif out and out[-1] == "O":
+            out[-1] = label
+    return tokens, out
+
+
+def _attaches_left(token: str) -> bool:
+    return token == "n't" or (token.startswith("'") and token[1:2].isalpha())
+
+
+def _cased(token: str, sentence_start: bool) -> str:
+    if token == "i" or token.startswith("i'"):
+        token = "I" + token[1:]
+    if sentence_start and token[:1].isalpha():
+        token = token[0].upper() + token[1:]
+    return token
+
+
+def render(tokens: Sequence[str], labels: Sequence[str]) -> str:
+    """Readable text: marks after words, sentence-initial capitals, ``i`` as ``I``, clitics re-joined."""
+    if len(tokens) != len(labels):
+        raise ValueError(f"{len(tokens)} tokens but {len(labels)} labels")
+    words: list[list[str]] = []  # [surface, label] per rendered word
+    for token, label in zip(tokens, labels):
+        if words and _attaches_left(token):  # "ca n't" -> "can't", "it 's" -> "it's"
+            head = words[-1]
+            head[0] += _cased(token, False)
+            if label != "O" or head[1] == "O":  # a mark between word and clitic moves after it
+                head[1] = label
+            continue
+        sentence_start = not words or words[-1][1] in ("PERIOD", "QUESTION")
+        words.append([_cased(token, sentence_start), label])
+    out = []
+    for surface, label in words:
+        mark = MARKS[label]
+        if mark and not (mark == "." and surface.endswith(".")):  # "mr." takes no second dot
+            surface += mark
+        out.append(surface)
+    return " ".join(out)
+
+
+def read_iwslt(path: str | Path) -> tuple[list[str], list[str]]:
+    """Read ``word<TAB>LABEL`` lines; returns (words, labels). Errors name the file and line."""
+    p = Path(path)
+    if not p.is_file():
+        raise DataFormatError("no such file", str(p))
+    words: list[str] = []
+    labels: list[str] = []
+    with p.open(encoding="utf-8-sig", errors="strict") as f:
+        try:
+            for n, line in enumerate(f, start=1):
+                line = line.rstrip("\r\n")
+                if not line.strip():
+                    continue
+                parts = line.split("\t")
+                if len(parts) != 2:  # an empty word is kept: it normalises to nothing
+                    raise DataFormatError(f"expected 'word<TAB>LABEL', got {line[:60]!r}", str(p), n)
+                word, label = parts[0].strip(), parts[1].strip()
+                if label not in LABEL_ID:
+                    raise UnknownLabelError(
+                        f"unknown label {label!r} (expected one of {', '.join(LABELS)})", str(p), n
+                    )
+                words.append(word)
+                labels.append(label)
+        except UnicodeDecodeError as e:
+            raise DataFormatError(f"not UTF-8 text ({e.reason})", str(p)) from e
+    if not words:
+        raise DataFormatError("no words in file", str(p))
+    return words, labels

@@ -1,0 +1,282 @@
+"""Training: one checkpoint for every lookahead and for the offline mode.
+
+- Sequence boundary sampling (Shi et al. 2021, §2.2): windows of ``window`` words start anywhere
+  in the corpus, uniformly, so no sentence boundary is privileged and every word meets every
+  position.
+- ASR-noise augmentation (Lai et al. 2023, §3.2): each word is duplicated, replaced by a random
+  corpus word, or deleted, with probability ``noise`` each.
+- The lookahead is drawn per batch from ``LOOKAHEAD_CHOICES`` (``None`` = offline), and the last
+  words of a window, which lack the right context they will have at inference, carry no loss.
+- Model selection on a dev set (mean of micro-F1 at k=2 and offline), early stopping after
+  ``patience`` evaluations without gain; ``last.pt`` in the output folder resumes a run exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .metrics import score
+from .model import PunctModel
+from .pieces import WordPieces, collate
+from .punctuator import label_tokens, resolve_device
+from .text import LABEL_ID, LABELS, normalize_labeled, read_iwslt
+
+__all__ = ["TrainConfig", "train"]
+
+LOOKAHEAD_CHOICES: tuple[int | None, ...] = (None, None, None, 0, 1, 2, 2, 3, 4, 6, 8)
+OFFLINE_LOSS_CUT = 16  # offline windows: the last words lack right context; no loss on them
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    train: str
+    dev: str
+    out: str
+    encoder: str | None = None  # Hugging Face BERT folder to start from
+    init: str | None = None  # or a streampunct checkpoint to continue from (fresh optimizer)
+    window: int = 128
+    batch: int = 16
+    lr: float = 1.5e-4
+    warmup: int = 200
+    max_steps: int = 2800
+    noise: float = 0.05
+    eval_every: int = 350
+    dev_words: int = 20000
+    patience: int = 6
+    seed: int = 1
+    device: str = "auto"
+    threads: int = 0
+
+
+class Corpus:
+    """A labelled corpus as arrays of word-type ids and label ids, for fast window sampling."""
+
+    def __init__(self, path: str, pieces: WordPieces):
+        tokens, labels = normalize_labeled(*read_iwslt(path))
+        types: dict[str, int] = {}
+        self.words = np.array([types.setdefault(t, len(types)) for t in tokens], dtype=np.int32)
+        self.labels = np.array([LABEL_ID[lab] for lab in labels], dtype=np.int64)
+        self.type_pieces = pieces.encode(list(types))
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def sample(self, rng: np.random.Generator, length: int, noise: float) -> tuple[list[int], list[int]]:
+        """One window (word types, labels) at a uniformly random start, with ASR-like noise."""
+        start = int(rng.integers(0, len(self.words) - length))
+        words = self.words[start : start + length].tolist()
+        labels = self.labels[start : start + length].tolist()
+        if noise <= 0:
+            return words, labels
+        out_w: list[int] = []
+        out_l: list[int] = []
+        draws = rng.random(len(words))
+        for w, lab, r in zip(words, labels, draws):
+            if r < noise:  # duplication: the recogniser repeats a word
+                out_w += [w, w]
+                out_l += [0, lab]
+            elif r < 2 * noise:  # substitution by a word drawn from the corpus
+                out_w.append(int(self.words[rng.integers(0, len(self.words))]))
+                out_l.append(lab)
+            elif r < 3 * noise:  # deletion: its mark moves to the word before
+                if lab and out_l and out_l[-1] == 0:
+                    out_l[-1] = lab
+            else:
+                out_w.append(w)
+                out_l.append(lab)
+        return out_w, out_l
+
+
+def evaluate_tokens(
+    model: PunctModel, pieces: WordPieces, tokens: list[str], labels: list[str], k: int | None
+) -> float:
+    model.eval()
+    pred = label_tokens(model, pieces, tokens, k)
+    return score(labels, [LABELS[i] for i in pred]).micro_f1
+
+
+def _lr_factor(step: int, cfg: TrainConfig) -> float:
+    if step < cfg.warmup:
+        return (step + 1) / cfg.warmup
+    return max(0.0, (cfg.max_steps - step) / max(1, cfg.max_steps - cfg.warmup))
+
+
+def describe_device(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    import os
+    import platform
+
+    return f"{platform.processor() or platform.machine()} CPU, {os.cpu_count()} cores, {torch.get_num_threads()} threads"
+
+
+def write_summary(run: str | Path, machine: str) -> dict[str, object]:
+    """``<run>/best/training.json``: how the best checkpoint of a run was trained."""
+    run = Path(run)
+    records = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines() if line.strip()]
+    best = [r for r in records if r["best"]][-1]
+    state_cfg = torch.load(run / "last.pt", map_location="cpu", weights_only=False)["config"]
+    summary = {
+        "steps": best["step"],
+        "seen_tokens": best["seen_tokens"],
+        "train_seconds": best["train_seconds"],
+        "dev_f1_k2": best["dev_f1_k2"],
+        "dev_f1_offline": best["dev_f1_offline"],
+        "dev_words": state_cfg["dev_words"],
+        "machine": machine,
+        "config": {k: v for k, v in state_cfg.items() if k not in ("train", "dev", "out", "encoder", "init")},
+        "curve": records,
+    }
+    (run / "best" / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def train(cfg: TrainConfig) -> Path:
+    """Train; returns the folder of the best checkpoint (``<out>/best``)."""
+    from tqdm import tqdm
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = resolve_device(cfg.device)
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+
+    if cfg.init:
+        model = PunctModel.load(cfg.init)
+        vocab = Path(cfg.init) / "vocab.txt"
+    elif cfg.encoder:
+        model = PunctModel.from_bert(cfg.encoder)
+        vocab = Path(cfg.encoder) / "vocab.txt"
+    else:
+        raise ValueError("give an encoder folder (--encoder) or a checkpoint to continue (--init)")
+    model.to(device)
+    pieces = WordPieces(vocab, model.cfg.max_pieces)
+    t0 = time.time()
+    corpus = Corpus(cfg.train, pieces)
+    dev_tokens, dev_labels = normalize_labeled(*read_iwslt(cfg.dev))
+    dev_tokens, dev_labels = dev_tokens[: cfg.dev_words], dev_labels[: cfg.dev_words]
+    print(f"corpus {len(corpus):,} words, dev {len(dev_tokens):,} words, prepared in {time.time() - t0:.0f}s")
+
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "emb" not in n]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2 or "emb" in n]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr
+    )
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, cfg))
+
+    step, best, bad_evals, seen_tokens, train_seconds = 0, -1.0, 0, 0, 0.0
+    state_path = out / "last.pt"
+    if state_path.is_file():
+        state = torch.load(state_path, map_location=device, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        sched.load_state_dict(state["sched"])
+        rng.bit_generator.state = state["rng"]
+        torch.set_rng_state(state["torch_rng"])
+        step, best, bad_evals = state["step"], state["best"], state["bad_evals"]
+        seen_tokens, train_seconds = state["seen_tokens"], state["train_seconds"]
+        print(f"resumed at step {step} (best dev {best:.2f})")
+
+    def save_state() -> None:
+        tmp = state_path.with_suffix(".tmp")
+        torch.save(
+            {
+                "model": model.state_dict(),
+                "opt": opt.state_dict(),
+                "sched": sched.state_dict(),
+                "rng": rng.bit_generator.state,
+                "torch_rng": torch.get_rng_state(),
+                "step": step,
+                "best": best,
+                "bad_evals": bad_evals,
+                "seen_tokens": seen_tokens,
+                "train_seconds": train_seconds,
+                "config": asdict(cfg),
+            },
+            tmp,
+        )
+        tmp.replace(state_path)
+
+    history = (out / "history.jsonl").open("a")
+    bar = tqdm(total=cfg.max_steps, initial=step, dynamic_ncols=True, mininterval=5)
+    loss_avg = None
+    while step < cfg.max_steps:
+        model.train()
+        t_step = time.time()
+        k = LOOKAHEAD_CHOICES[int(rng.integers(len(LOOKAHEAD_CHOICES)))]
+        windows = [corpus.sample(rng, cfg.window, cfg.noise) for _ in range(cfg.batch)]
+        input_ids, word_pos, word_ends = collate(
+            [[corpus.type_pieces[w] for w in ws] for ws, _ in windows], model.cfg
+        )
+        W = word_ends.shape[1]
+        target = torch.full((cfg.batch, W), -100, dtype=torch.long)
+        cut = OFFLINE_LOSS_CUT if k is None else k
+        for b, (_, labs) in enumerate(windows):
+            n = len(labs) - cut
+            target[b, :n] = torch.tensor(labs[:n])
+        logits = model(input_ids.to(device), word_pos.to(device), word_ends.to(device), k)
+        loss = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), target.to(device).reshape(-1), ignore_index=-100
+        )
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        step += 1
+        n_tok = int((input_ids != model.cfg.pad_id).sum())
+        seen_tokens += n_tok
+        dt = time.time() - t_step
+        train_seconds += dt
+        loss_avg = loss.item() if loss_avg is None else 0.98 * loss_avg + 0.02 * loss.item()
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss_avg:.3f}", tok_s=f"{n_tok / dt:.0f}", lr=f"{sched.get_last_lr()[0]:.1e}")
+
+        if step % cfg.eval_every == 0 or step == cfg.max_steps:
+            f_k2 = evaluate_tokens(model, pieces, dev_tokens, dev_labels, 2)
+            f_off = evaluate_tokens(model, pieces, dev_tokens, dev_labels, None)
+            metric = (f_k2 + f_off) / 2
+            improved = metric > best
+            if improved:
+                best, bad_evals = metric, 0
+                model.save(out / "best")
+                shutil.copy(vocab, out / "best" / "vocab.txt")
+            else:
+                bad_evals += 1
+            record = {
+                "step": step,
+                "seen_tokens": seen_tokens,
+                "train_seconds": round(train_seconds),
+                "loss": round(loss_avg, 4),
+                "dev_f1_k2": round(f_k2, 2),
+                "dev_f1_offline": round(f_off, 2),
+                "best": improved,
+            }
+            history.write(json.dumps(record) + "\n")
+            history.flush()
+            bar.write(json.dumps(record))
+            save_state()
+            if improved:
+                write_summary(out, describe_device(device))
+            if bad_evals >= cfg.patience:
+                bar.write(f"no dev gain in {cfg.patience} evaluations: stopping early")
+                break
+    bar.close()
+    save_state()
+    return out / "best"
+
+
+def steps_for_epochs(corpus_words: int, window: int, batch: int, epochs: float) -> int:
+    """SBS draws |S| / L windows an epoch."""
+    return math.ceil(epochs * corpus_words / window / batch)

@@ -1,0 +1,80 @@
+"""Load-save-predict contract on the shipped checkpoint, empty input and every error path."""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from streampunct import LABELS, CheckpointError, InputError, Punctuator
+from streampunct.punctuator import DEFAULT_CHECKPOINT, token_logits
+
+
+def test_shipped_checkpoint_loads_with_no_argument(shipped):
+    assert shipped.device.type == "cpu"
+    assert shipped.model.cfg.n_layer == 6
+    assert not shipped.model.training
+    dtypes = {p.dtype for p in shipped.model.parameters()}
+    assert dtypes == {torch.float32}  # stored fp16, computed in fp32 on the CPU
+
+
+def test_predict_one_label_per_word(shipped):
+    words = "so what do we do now we go home and we sleep".split()
+    for k in (None, 0, 2, 4):
+        labels = shipped.predict(words, lookahead=k)
+        assert len(labels) == len(words)
+        assert set(labels) <= set(LABELS)
+
+
+def test_recogniser_words_are_normalised(shipped):
+    raw = [" So", "what", "do", "we", "do", "now?", "--", "We", "don't", "know."]
+    labels = shipped.predict(raw, lookahead=2)
+    assert len(labels) == len(raw)
+    assert labels[6] == "O"  # "--" normalises to nothing
+    assert labels == shipped.predict([w.strip(" ?.").lower() for w in raw], lookahead=2)
+
+
+def test_save_load_round_trip(shipped, tmp_path):
+    shipped.model.save(tmp_path)
+    shutil.copy(DEFAULT_CHECKPOINT / "vocab.txt", tmp_path / "vocab.txt")
+    again = Punctuator.load(tmp_path, device="cpu")
+    tokens = "we went to the market and then we came back home what a day".split()
+    for k in (None, 1):
+        torch.testing.assert_close(
+            token_logits(again.model, again.pieces, tokens, k),
+            token_logits(shipped.model, shipped.pieces, tokens, k),
+        )
+
+
+def test_empty_input(shipped):
+    assert shipped.predict([]) == []
+    assert shipped.predict(["--", "..."]) == ["O", "O"]
+    assert shipped.punctuate("") == ""
+    assert shipped.punctuate("  \n\t ") == ""
+
+
+@pytest.mark.parametrize("bad", [-1, 65, 1.5, True, "2"])
+def test_bad_lookahead(shipped, bad):
+    with pytest.raises(InputError, match="lookahead"):
+        shipped.predict(["hello"], lookahead=bad)
+
+
+def test_string_given_to_predict(shipped):
+    with pytest.raises(InputError, match="punctuate"):
+        shipped.predict("hello world")
+
+
+def test_missing_checkpoint(tmp_path):
+    with pytest.raises(CheckpointError):
+        Punctuator.load(tmp_path / "nowhere")
+
+
+def test_broken_checkpoint(tmp_path):
+    for name in ("model.safetensors", "vocab.txt"):
+        shutil.copy(DEFAULT_CHECKPOINT / name, tmp_path / name)
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError):
+        Punctuator.load(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"n_layer": 2}))
+    with pytest.raises(CheckpointError, match="does not fit"):
+        Punctuator.load(tmp_path)

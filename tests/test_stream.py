@@ -1,0 +1,218 @@
+"""PunctStream: one final decision per word, exactly predict()'s, with revisions and time limits."""
+
+import random
+
+import pytest
+import torch
+
+from streampunct import InputError
+from streampunct.punctuator import window_logits
+from streampunct.stream import Lookahead, PunctStream, Word
+
+SENTENCES = [
+    "So today, I want to talk about something that happened to me last year.",
+    "Don't you think it's strange that nobody noticed?",
+    "We'll see -- maybe the U.S. will change its mind, maybe not.",
+    "The children walked three hours to school every morning, and 10,000 of them did it barefoot.",
+    "What would you do? I'd call Mr. Smith, who's been there since 9:00.",
+    "Electrification of the villages in Kenya's north took twenty years.",
+    "Well, I can't say I wasn't surprised, but we won't stop here.",
+]
+
+
+def varied_words(n: int, seed: int) -> list[str]:
+    """Recogniser-style words: casing, glued punctuation, clitics, and words that vanish."""
+    rng = random.Random(seed)
+    words: list[str] = []
+    while len(words) < n:
+        words.extend(rng.choice(SENTENCES).split())
+    return words[:n]
+
+
+def run_stream(stream: PunctStream, words, seed: int = 0) -> dict[int, str]:
+    """Push words in random chunks; check the event contract; return the final labels."""
+    rng = random.Random(seed)
+    finals: dict[int, str] = {}
+    i = 0
+    while i < len(words):
+        n = rng.randint(1, 5)
+        events = stream.push(words[i : i + n])
+        i += n
+        check_events(events, finals)
+    check_events(stream.finish(), finals)
+    assert sorted(finals) == list(range(len(words)))
+    return finals
+
+
+def check_events(events, finals: dict[int, str]) -> None:
+    for e in events:
+        if e.final:
+            assert e.index not in finals, "a word was made final twice"
+            assert e.index == len(finals), "final decisions come in word order"
+            finals[e.index] = e.label
+        else:
+            assert e.index not in finals, "a provisional event for a final word"
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, 4])
+def test_stream_equals_predict_tiny(tiny, k):
+    words = varied_words(2400, seed=k)
+    finals = run_stream(tiny.stream(lookahead=k), words, seed=k)
+    assert [finals[i] for i in range(len(words))] == tiny.predict(words, lookahead=k)
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, 4])
+def test_stream_equals_predict_shipped(shipped, k):
+    words = varied_words(2000, seed=10 + k)
+    finals = run_stream(shipped.stream(lookahead=k), words, seed=k)
+    expected = shipped.predict(words, lookahead=k)
+    assert [finals[i] for i in range(len(words))] == expected
+
+
+def test_final_after_k_tokens(tiny):
+    s = tiny.stream(lookahead=2)
+    assert [e for e in s.push(["one", "two"]) if e.final] == []
+    events = s.push(["three"])
+    assert [(e.index, e.word) for e in events if e.final] == [(0, "one")]
+    assert {e.index for e in events if not e.final} <= {1, 2}
+    events = s.push(["don't"])  # two tokens: "do n't"
+    assert [e.index for e in events if e.final] == [1, 2]
+
+
+def test_empty_words_are_final_in_order(tiny):
+    s = tiny.stream(lookahead=1)
+    events = s.push(["hello", "--", "..."])
+    assert [e for e in events if e.final] == []
+    events = s.push(["world"])
+    assert [(e.index, e.label) for e in events if e.final] == [(0, events[0].label), (1, "O"), (2, "O")]
+
+
+def test_revision_replaces_the_tail(tiny):
+    words = varied_words(300, seed=3)
+    s = tiny.stream(lookahead=2)
+    finals: dict[int, str] = {}
+    check_events(s.push(words), finals)
+    cut = s.n_final
+    assert 290 <= cut < 300
+    revised = words[:cut] + varied_words(60, seed=4)
+    check_events(s.revise(cut, revised[cut:]), finals)
+    check_events(s.finish(), finals)
+    assert [finals[i] for i in range(len(revised))] == tiny.predict(revised, lookahead=2)
+
+
+def test_revision_of_a_clitic_word_half_decided(tiny):
+    s = tiny.stream(lookahead=2)
+    finals: dict[int, str] = {}
+    check_events(s.push(["we", "don't", "know"]), finals)  # tokens: we do n't know
+    # "do" is decided (two tokens follow) but "don't" is not final: "n't" has one token ahead.
+    assert s.n_final == 1
+    check_events(s.revise(1, ["never", "know", "it"]), finals)
+    check_events(s.finish(), finals)
+    words = ["we", "never", "know", "it"]
+    assert [finals[i] for i in range(4)] == tiny.predict(words, lookahead=2)
+
+
+def test_final_words_cannot_be_revised(tiny):
+    s = tiny.stream(lookahead=0)
+    s.push(["a", "b", "c"])
+    with pytest.raises(InputError, match="final"):
+        s.revise(1, ["x"])
+    with pytest.raises(InputError):
+        s.revise(9, ["x"])
+
+
+def test_pause_forces_a_decision_with_the_words_present(tiny):
+    s = tiny.stream(lookahead=3, max_delay_ms=500)
+    words = [Word("so", 0.0, 0.2), Word("we", 0.3, 0.4), Word("left", 0.5, 0.6)]
+    assert [e for e in s.push(words) if e.final] == []  # clock 0.6 s: first deadline is 0.7 s
+    # 1.7 s of silence: the next word shows the clock passed every deadline (end + 0.5 s).
+    events = s.push([Word("then", 2.3, 2.5)])
+    finals = [e for e in events if e.final]
+    assert [e.index for e in finals] == [0, 1, 2]
+    ids = tiny.pieces.encode(["so", "we", "left"])
+    for t, e in enumerate(finals):
+        # decided with the tokens that had ended by its deadline, never with "then"
+        expected = int(window_logits(tiny.model, ids, t, 2 - t).argmax())
+        assert e.label == ["O", "COMMA", "PERIOD", "QUESTION"][expected]
+
+
+def test_tick_applies_time_limits(tiny):
+    s = tiny.stream(lookahead=4, max_delay_ms=300)
+    assert [e for e in s.push([Word("hello", 0.0, 0.4)]) if e.final] == []
+    assert [e for e in s.tick(0.65) if e.final] == []
+    assert [e.index for e in s.tick(0.75) if e.final] == [0]
+    assert [e for e in s.push([Word("there", 1.0, 1.2)]) if e.final] == []
+    assert [e.index for e in s.tick(1.6) if e.final] == [1]
+
+
+def test_word_times_move_the_clock(tiny):
+    s = tiny.stream(lookahead=4, max_delay_ms=300)
+    events = s.push([Word("hello", 0.0, 0.4), Word("there", 0.5, 0.9)])
+    assert [e.index for e in events if e.final] == [0]  # "there" ended at 0.9 > 0.4 + 0.3
+
+
+def test_no_time_limit_without_times(tiny):
+    s = tiny.stream(lookahead=2, max_delay_ms=100)
+    s.push(["hello", "there"])
+    assert [e for e in s.tick(1000.0) if e.final] == []
+
+
+def test_finished_stream(tiny):
+    s = tiny.stream(lookahead=1)
+    s.push(["a"])
+    s.finish()
+    with pytest.raises(InputError, match="finished"):
+        s.push(["b"])
+    with pytest.raises(InputError, match="finished"):
+        s.finish()
+
+
+def test_memory_is_flat(tiny):
+    s = tiny.stream(lookahead=2)
+    words = varied_words(5000, seed=9)
+    sizes = []
+    for i in range(0, len(words), 10):
+        s.push(words[i : i + 10])
+        sizes.append((len(s._ids), len(s._words), len(s._windows)))
+    late = sizes[len(sizes) // 2 :]
+    assert max(x[0] for x in late) <= 6 * tiny.model.cfg.block
+    assert max(x[1] for x in late) <= 300 + 10
+    assert max(x[2] for x in late) <= 3
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda: Word("x", 2.0, 1.0),
+        lambda: Word("x", float("nan"), None),
+        lambda: Word(3),  # type: ignore[arg-type]
+        lambda: Lookahead(-1),
+        lambda: Lookahead(2, max_delay_ms=-5),
+    ],
+)
+def test_bad_input(bad):
+    with pytest.raises(InputError):
+        bad()
+
+
+def test_bad_word_type(tiny):
+    s = tiny.stream(lookahead=1)
+    with pytest.raises(InputError):
+        s.push([3])  # type: ignore[list-item]
+    events = s.push(["still", "usable"]) + s.finish()
+    assert [e.index for e in events if e.final] == [0, 1]
+
+
+def test_stream_logits_match_batch(tiny):
+    """Not only the argmax: the incremental rows equal a fresh forward pass."""
+    words = [w.lower().strip(",.?") for w in varied_words(90, seed=5)]
+    s = tiny.stream(lookahead=2)
+    s.push(words)
+    st = s._windows[max(s._windows)]
+    block = max(s._windows)
+    start = s._window_start(block)
+    ids = tiny.pieces.encode(words)
+    for t in range(start, min(len(ids) - 2, start + 20)):
+        torch.testing.assert_close(
+            st.logits(t - start), window_logits(tiny.model, ids, t, 2), atol=1e-5, rtol=0
+        )
