@@ -17,7 +17,7 @@ import torch
 
 from .model import PunctModel, layer_lookaheads
 
-__all__ = ["WindowState"]
+__all__ = ["WindowState", "compute_many"]
 
 
 class WindowState:
@@ -62,33 +62,12 @@ class WindowState:
             return 0  # [CLS]
         return self.word_start[word] if word < self.n_words else len(self.ids)
 
-    @torch.no_grad()
+    def stale(self) -> bool:
+        return self.dirty < self.n_words or any(h.shape[1] != len(self.ids) for h in self.h)
+
     def compute(self) -> None:
         """Bring every layer's rows up to date with the words now in the window."""
-        m, w0, T = self.model, self.dirty, len(self.ids)
-        if w0 >= self.n_words and all(h.shape[1] == T for h in self.h):
-            return
-        d_prev = min(self._first_piece(w0), self.h[0].shape[1])
-        ids = torch.tensor(self.ids[d_prev:], device=self.device)[None]  # (1, T - d)
-        pos = torch.arange(d_prev, T, device=self.device)
-        emb = m.ln_emb(m.tok_emb(ids) + m.pos_emb(pos)[None] + m.type_emb.weight[0])
-        self.h[0] = torch.cat([self.h[0][:, :d_prev], emb], dim=1)  # (1, T, C)
-        word_pos = torch.tensor(self.word_pos, device=self.device)
-        for i, (layer, k) in enumerate(zip(m.layers, self.ks)):
-            x = self.h[i]
-            d = min(self._first_piece(w0 - self.reach[i]), self.h[i + 1].shape[1], d_prev)  # rows to redo
-            k_new, v_new = layer.attn.kv(x[:, d_prev:])
-            if i < len(self.keys):
-                self.keys[i] = torch.cat([self.keys[i][:, :, :d_prev], k_new], dim=2)
-                self.values[i] = torch.cat([self.values[i][:, :, :d_prev], v_new], dim=2)
-            else:
-                self.keys.append(k_new)
-                self.values.append(v_new)
-            mask = (word_pos[None, :] <= word_pos[d:, None] + k)[None, None]  # (1, 1, T - d, T)
-            out = layer.forward_rows(x[:, d:], self.keys[i], self.values[i], mask)
-            self.h[i + 1] = torch.cat([self.h[i + 1][:, :d], out], dim=1)
-            d_prev = d
-        self.dirty = self.n_words
+        compute_many([self])
 
     @torch.no_grad()
     def logits(self, word: int) -> torch.Tensor:
@@ -96,3 +75,76 @@ class WindowState:
         self.compute()
         last = (self.word_start[word + 1] if word + 1 < self.n_words else len(self.ids)) - 1
         return self.model.head(self.h[-1][0, last]).float().cpu()
+
+
+@torch.no_grad()
+def compute_many(windows: Sequence[WindowState]) -> None:
+    """Bring many windows up to date in one pass per layer (per model).
+
+    Each window recomputes only its stale rows (see the module docstring); the rows of all windows
+    go through each layer together, padded, so that B streams cost one batched forward pass.
+    """
+    todo = [w for w in windows if w.stale()]
+    models = {id(w.model) for w in todo}
+    if len(models) > 1:  # one pass per model
+        for key in models:
+            compute_many([w for w in todo if id(w.model) == key])
+        return
+    if not todo:
+        return
+    m, dev = todo[0].model, todo[0].device
+    B = len(todo)
+    T = [len(w.ids) for w in todo]
+    w0 = [w.dirty for w in todo]
+    d_prev = [min(w._first_piece(w.dirty), w.h[0].shape[1]) for w in todo]
+
+    # Embeddings of the stale pieces of every window, as one flat batch of rows.
+    ids = torch.tensor([i for w, d in zip(todo, d_prev) for i in w.ids[d:]], device=dev)
+    pos = torch.tensor([p for w, d in zip(todo, d_prev) for p in range(d, len(w.ids))], device=dev)
+    emb = m.ln_emb(m.tok_emb(ids) + m.pos_emb(pos) + m.type_emb.weight[0])  # (sum rows, C)
+    for w, d, rows in zip(todo, d_prev, emb.split([t - d for t, d in zip(T, d_prev)])):
+        w.h[0] = torch.cat([w.h[0][:, :d], rows[None]], dim=1)  # (1, T, C)
+
+    Tk = max(T)
+    word_pos = torch.full((B, Tk), -1, dtype=torch.long, device=dev)
+    valid = torch.zeros((B, Tk), dtype=torch.bool, device=dev)
+    for b, w in enumerate(todo):
+        word_pos[b, : T[b]] = torch.tensor(w.word_pos, device=dev)
+        valid[b, : T[b]] = True
+    for i, layer in enumerate(m.layers):
+        k_i = torch.tensor([w.ks[i] for w in todo], device=dev)[:, None, None]  # windows may differ in k
+        d = [
+            min(w._first_piece(w0[b] - w.reach[i]), w.h[i + 1].shape[1], d_prev[b])
+            for b, w in enumerate(todo)
+        ]
+        # Keys and values of the rows of h[i] that changed, then the padded caches.
+        x_kv = _pad([w.h[i][0, dp:] for w, dp in zip(todo, d_prev)])  # (B, rows, C)
+        k_new, v_new = layer.attn.kv(x_kv)  # (B, nh, rows, hs)
+        for b, w in enumerate(todo):
+            n = T[b] - d_prev[b]
+            if i < len(w.keys):
+                w.keys[i] = torch.cat([w.keys[i][:, :, : d_prev[b]], k_new[b : b + 1, :, :n]], dim=2)
+                w.values[i] = torch.cat([w.values[i][:, :, : d_prev[b]], v_new[b : b + 1, :, :n]], dim=2)
+            else:
+                w.keys.append(k_new[b : b + 1, :, :n])
+                w.values.append(v_new[b : b + 1, :, :n])
+        if B == 1:
+            keys, values = todo[0].keys[i], todo[0].values[i]
+        else:
+            keys = _pad([w.keys[i][0].transpose(0, 1) for w in todo]).transpose(1, 2)  # (B, nh, Tk, hs)
+            values = _pad([w.values[i][0].transpose(0, 1) for w in todo]).transpose(1, 2)
+        x_q = _pad([w.h[i][0, db:] for w, db in zip(todo, d)])  # (B, Tq, C)
+        q_pos = _pad([word_pos[b, db : T[b]].unsqueeze(-1) for b, db in enumerate(d)]).squeeze(-1)  # (B, Tq)
+        mask = valid[:, None, :] & (word_pos[:, None, :] <= q_pos[:, :, None] + k_i)  # (B, Tq, Tk)
+        mask[:, :, 0] = True  # padding rows see [CLS] (their output is thrown away)
+        out = layer.forward_rows(x_q, keys, values, mask[:, None, :, : keys.shape[2]])
+        for b, w in enumerate(todo):
+            w.h[i + 1] = torch.cat([w.h[i + 1][:, : d[b]], out[b : b + 1, : T[b] - d[b]]], dim=1)
+        d_prev = d
+    for w in todo:
+        w.dirty = w.n_words
+
+
+def _pad(rows: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Stack (n_b, ...) tensors into (B, max n_b, ...), zero-padded."""
+    return torch.nn.utils.rnn.pad_sequence(list(rows), batch_first=True)

@@ -142,14 +142,36 @@ class PunctStream:
 
     def push(self, words: Iterable[str | Word], now: float | None = None) -> list[PunctEvent]:
         """Add words; ``now`` (s) is the recogniser's clock, if it is ahead of the words' ends."""
-        self._check_open()
-        batch = [self._as_word(w) for w in words]
-        for w in batch:
-            self._add(w)
+        self._stage_push(words)
         return self._advance(now)
 
     def revise(self, index: int, words: Iterable[str | Word], now: float | None = None) -> list[PunctEvent]:
         """Replace the words from ``index`` on (none of them final yet) by ``words``."""
+        self._stage_revise(index, words)
+        return self._advance(now)
+
+    def tick(self, now: float) -> list[PunctEvent]:
+        """The recogniser's clock has reached ``now`` (s) with no new words: apply time limits."""
+        self._check_open()
+        return self._advance(now)
+
+    def finish(self) -> list[PunctEvent]:
+        """End of stream: every remaining word becomes final, with the lookahead it has."""
+        self._check_open()
+        events = self._advance(None, flush=True)
+        self._finished = True
+        self._windows.clear()
+        return events
+
+    # --- staging: change the words, compute nothing (a batch computes many streams at once) --
+
+    def _stage_push(self, words: Iterable[str | Word]) -> None:
+        self._check_open()
+        batch = [self._as_word(w) for w in words]
+        for w in batch:
+            self._add(w)
+
+    def _stage_revise(self, index: int, words: Iterable[str | Word]) -> None:
         self._check_open()
         batch = [self._as_word(w) for w in words]
         if (
@@ -175,20 +197,9 @@ class PunctStream:
                 self._windows[b].truncate(cut - start)
         for w in batch:
             self._add(w)
-        return self._advance(now)
 
-    def tick(self, now: float) -> list[PunctEvent]:
-        """The recogniser's clock has reached ``now`` (s) with no new words: apply time limits."""
-        self._check_open()
-        return self._advance(now)
-
-    def finish(self) -> list[PunctEvent]:
-        """End of stream: every remaining word becomes final, with the lookahead it has."""
-        self._check_open()
-        events = self._advance(None, flush=True)
-        self._finished = True
-        self._windows.clear()
-        return events
+    def _open_windows(self) -> list[WindowState]:
+        return list(self._windows.values())
 
     # --- internals ---------------------------------------------------------------------------
 

@@ -1,0 +1,157 @@
+"""Streaming cost: compute time per pushed word, incremental against naive, and memory over an hour.
+
+    python benchmarks/stream_latency.py --data ../shared/data/iwslt/test2011 [--threads 2] [--readme]
+
+For each lookahead k, one stream is fed one word per push and every push is timed (p50, p99).
+"Naive" recomputes the whole window of the word that becomes final, as a batch model without
+caches would (`window_logits`), timed on the same words in the same run. Memory: the process's
+resident set after 3,600 and after 36,000 pushed words (an hour of speech at 10 words a second).
+Streams per core: one core's time budget divided by the work of a stream speaking 3 words a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import torch  # noqa: E402
+from common import machine, update_readme, write_json  # noqa: E402
+
+from streampunct import Punctuator, read_iwslt  # noqa: E402
+from streampunct.punctuator import window_logits  # noqa: E402
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * 4096 / 2**20
+
+
+def percentile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q / 100 * len(xs)))]
+
+
+def time_pushes(p: Punctuator, words: list[str], k: int) -> list[float]:
+    s = p.stream(lookahead=k)
+    times = []
+    for w in words:
+        t0 = time.perf_counter()
+        s.push([w])
+        times.append(time.perf_counter() - t0)
+    s.finish()
+    return times
+
+
+def time_naive(p: Punctuator, words: list[str], k: int) -> list[float]:
+    ids = p.pieces.encode(words)
+    times = []
+    for t in range(len(words) - k):
+        t0 = time.perf_counter()
+        window_logits(p.model, ids, t, k)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True, help="a word<TAB>LABEL file to take words from")
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--words", type=int, default=2000, help="timed pushes per lookahead")
+    ap.add_argument("--hour", type=int, default=36000, help="words pushed for the memory check")
+    ap.add_argument("--readme", action="store_true")
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    p = Punctuator.load(args.model, device="cpu")
+    words, _ = read_iwslt(args.data)
+    sample = words[: args.words]
+    time_pushes(p, sample[:200], 2)  # warm-up
+
+    rows = []
+    for k in (0, 1, 2, 4):
+        inc = time_pushes(p, sample, k)
+        naive = time_naive(p, sample, k)
+        row = {
+            "lookahead": k,
+            "pushes": len(inc),
+            "p50_ms": 1000 * percentile(inc, 50),
+            "p99_ms": 1000 * percentile(inc, 99),
+            "mean_ms": 1000 * statistics.fmean(inc),
+            "naive_p50_ms": 1000 * percentile(naive, 50),
+            "naive_p99_ms": 1000 * percentile(naive, 99),
+            "naive_mean_ms": 1000 * statistics.fmean(naive),
+        }
+        row["speedup_mean"] = row["naive_mean_ms"] / row["mean_ms"]
+        rows.append(row)
+        print({key: round(v, 2) if isinstance(v, float) else v for key, v in row.items()}, flush=True)
+
+    # Memory over an hour of speech, one core's capacity at 3 words a second.
+    gc.collect()
+    s = p.stream(lookahead=2)
+    base = rss_mb()
+    memory = {}
+    t0 = time.perf_counter()
+    for i in range(args.hour):
+        s.push([words[i % len(words)]])
+        if i + 1 in (args.hour // 10, args.hour):
+            gc.collect()
+            memory[i + 1] = rss_mb()
+            print(f"{i + 1} words: RSS {memory[i + 1]:.1f} MB", flush=True)
+    hour_seconds = time.perf_counter() - t0
+    s.finish()
+    small, large = memory[args.hour // 10], memory[args.hour]
+    torch.set_num_threads(1)
+    one_core = statistics.fmean(time_pushes(p, sample[:1000], 2))
+    payload = {
+        "machine": machine(),
+        "threads": args.threads,
+        "per_push": rows,
+        "memory_mb": {
+            "before": base,
+            str(args.hour // 10): small,
+            str(args.hour): large,
+            "growth_pct": 100 * (large - small) / small,
+        },
+        "hour_stream_seconds": hour_seconds,
+        "one_core_mean_push_ms_k2": 1000 * one_core,
+        "streams_per_core_at_3_words_per_s": int(1 / (3 * one_core)),
+    }
+    print(f"wrote {write_json('stream_latency.json', payload)}")
+    if args.readme:
+        update_readme("stream", table(payload))
+
+
+def table(payload: dict) -> str:
+    m = payload["machine"]
+    lines = [
+        "| k | p50 ms | p99 ms | naive p50 ms | naive p99 ms | mean speed-up |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in payload["per_push"]:
+        lines.append(
+            f"| {r['lookahead']} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['naive_p50_ms']:.2f} | "
+            f"{r['naive_p99_ms']:.2f} | {r['speedup_mean']:.1f}× |"
+        )
+    mem = payload["memory_mb"]
+    keys = [k for k in mem if k.isdigit()]
+    lines += [
+        "",
+        f"Memory (resident set of the whole process): {mem[keys[0]]:.0f} MB after {int(keys[0]):,} words, "
+        f"{mem[keys[1]]:.0f} MB after {int(keys[1]):,} words ({mem['growth_pct']:+.1f} %). "
+        f"One core at k=2: {payload['one_core_mean_push_ms_k2']:.2f} ms a word, so about "
+        f"{payload['streams_per_core_at_3_words_per_s']} streams of 3 words a second per core (compute only).",
+        f"Measured {m['date']} on {m['cpu']} ({m['cores']} cores, {payload['threads']} torch threads), "
+        "`python benchmarks/stream_latency.py --data ../shared/data/iwslt/test2011`.",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
