@@ -81,6 +81,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from dataclasses import fields
+
     from .train import TrainConfig, train
 
     encoder = args.encoder
@@ -89,25 +91,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     for name in ("train", "dev"):
         if getattr(args, name) is None:
             raise DataFormatError(f"give --{name} FILE (or set {DATA_ENV})")
-    cfg = TrainConfig(
-        train=args.train,
-        dev=args.dev,
-        out=args.out,
-        encoder=encoder,
-        init=args.init,
-        window=args.window,
-        batch=args.batch,
-        lr=args.lr,
-        warmup=args.warmup,
-        max_steps=args.max_steps,
-        noise=args.noise,
-        eval_every=args.eval_every,
-        dev_words=args.dev_words,
-        patience=args.patience,
-        seed=args.seed,
-        device=args.device,
-        threads=args.threads,
-    )
+    given = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}
+    cfg = TrainConfig(**{**given, "encoder": encoder})
     best = train(cfg)
     print(f"best checkpoint: {best}")
     return 0
