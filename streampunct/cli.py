@@ -165,10 +165,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--device", default="auto")
     p.set_defaults(run=cmd_train)
+
+    for name, (_, _, help_text) in EXTERNAL.items():
+        sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
+# Commands that live in server/ and clients/, each with its own arguments.
+EXTERNAL = {
+    "serve": ("server.app", "main", "run the websocket server"),
+    "words": ("clients.words", "cli", "punctuate word hypotheses (JSON lines) through a server"),
+    "file": ("clients.file", "cli", "caption an audio file through a server"),
+    "mic": ("clients.mic", "cli", "live captions from the microphone"),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in EXTERNAL:
+        import importlib
+
+        module, func, _ = EXTERNAL[argv[0]]
+        return int(getattr(importlib.import_module(module), func)(argv[1:]))
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args))

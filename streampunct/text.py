@@ -13,7 +13,16 @@ from pathlib import Path
 
 from .errors import DataFormatError, UnknownLabelError
 
-__all__ = ["LABELS", "MARKS", "normalize", "normalize_text", "normalize_labeled", "render", "read_iwslt"]
+__all__ = [
+    "LABELS",
+    "MARKS",
+    "normalize",
+    "normalize_text",
+    "normalize_labeled",
+    "render",
+    "caption_text",
+    "read_iwslt",
+]
 
 LABELS: tuple[str, ...] = ("O", "COMMA", "PERIOD", "QUESTION")
 LABEL_ID = {label: i for i, label in enumerate(LABELS)}
@@ -129,6 +138,32 @@ def render(tokens: Sequence[str], labels: Sequence[str]) -> str:
             surface += mark
         out.append(surface)
     return " ".join(out)
+
+
+def caption_text(raw: Sequence[str], labels: Sequence[str], previous: str | None = None) -> str:
+    """Render a recogniser's own words (keeping their casing) with streampunct's marks.
+
+    The recogniser's punctuation is dropped. A capital it wrote only because it began a sentence
+    of its own (after its own ``.?!``, or at the stream's start: ``previous`` is the raw word
+    before ``raw[0]``, None at the start) is lowered; other capitals (names) stay.
+    """
+    if len(raw) != len(labels):
+        raise ValueError(f"{len(raw)} words but {len(labels)} labels")
+    tokens: list[str] = []
+    token_labels: list[str] = []
+    before = previous
+    for word, label in zip(raw, labels):
+        surface = word.strip().translate(_APOSTROPHES).strip(_EDGE_PUNCT + '"')
+        if surface.endswith(".") and normalize(word) and not normalize(word)[-1].endswith("."):
+            surface = surface.rstrip(".")
+        own_start = before is None or before.strip().endswith((".", "?", "!"))
+        if own_start and surface[:1].isupper() and not (surface == "I" or surface.startswith("I'")):
+            surface = surface[0].lower() + surface[1:]
+        before = word
+        if surface:
+            tokens.append(surface)
+            token_labels.append(label)
+    return render(tokens, token_labels)
 
 
 def read_iwslt(path: str | Path) -> tuple[list[str], list[str]]:

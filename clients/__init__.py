@@ -1,0 +1,1 @@
+"""Clients of the streampunct server: mic, file, words (each also ``streampunct <name>``)."""

@@ -1,0 +1,126 @@
+"""Caption an audio file through the server, at real-time speed or faster.
+
+    python -m clients.file talk.wav [--speed 1] [--url ws://127.0.0.1:8765] [--out talk]
+
+The file (WAV, FLAC, MP3: anything PyAV decodes) is resampled to 16 kHz mono and sent to /v1/asr
+in chunks, paced like live audio (``--speed 4`` sends four times faster, ``--speed 0`` as fast as
+possible). Each caption line is printed when it is final, with its latency: the time from the end
+of its last word in the audio to the moment the caption arrived, in audio seconds. At the end
+``OUT.srt`` and ``OUT.vtt`` are written (``--out``, default: the audio file's name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clients.common import ClientError, add_stream_args, caption_of, open_stream, run_client, write_subtitles
+from streampunct.captions import Caption
+
+CHUNK_S = 0.25
+
+
+def load_audio(path: str) -> np.ndarray:
+    if not Path(path).is_file():
+        raise ClientError(f"{path}: no such file")
+    try:
+        from faster_whisper import decode_audio
+    except ImportError as e:
+        raise ClientError("decoding audio needs faster-whisper: pip install 'streampunct[asr]'") from e
+    try:
+        return decode_audio(path, sampling_rate=16000)
+    except Exception as e:  # PyAV's errors are many; one sentence for all
+        raise ClientError(f"{path}: cannot decode audio ({e})") from e
+
+
+async def stream_file(
+    url: str, audio: np.ndarray, speed: float, config: dict[str, Any], on_caption: Any = None
+) -> tuple[list[Caption], list[float], dict[str, Any]]:
+    """Send the audio paced at ``speed``; return the captions, their latencies and the end message."""
+    ws, _ = await open_stream(url, "/v1/asr", config)
+    pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
+    step = int(CHUNK_S * 16000) * 2
+    captions: list[Caption] = []
+    latencies: list[float] = []
+    end: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    pace = speed if speed > 0 else float("inf")
+
+    def audio_clock() -> float:  # audio seconds sent so far, by the wall clock
+        return (time.perf_counter() - t0) * pace
+
+    async def receive() -> None:
+        async for raw in ws:
+            msg = json.loads(raw)
+            if msg["type"] == "caption":
+                c = caption_of(msg)
+                captions.append(c)
+                latency = max(0.0, audio_clock() - (c.end or 0.0)) if pace != float("inf") else float("nan")
+                latencies.append(latency)
+                if on_caption:
+                    on_caption(c, latency)
+            elif msg["type"] == "error":
+                print(f"server: {msg['code']}: {msg['message']}", file=sys.stderr, flush=True)
+            elif msg["type"] == "end":
+                end.update(msg)
+                return
+
+    async with ws:
+        receiver = asyncio.create_task(receive())
+        for i in range(0, len(pcm), step):
+            await ws.send(pcm[i : i + step])
+            if pace != float("inf"):
+                ahead = (i + step) / 2 / 16000 / pace - (time.perf_counter() - t0)
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+        await ws.send(json.dumps({"type": "end"}))
+        await receiver
+    return captions, latencies, end
+
+
+async def main(args: argparse.Namespace) -> int:
+    audio = load_audio(args.audio)
+
+    def show(c: Caption, latency: float) -> None:
+        lag = "" if latency != latency else f" +{latency:4.1f}s"  # NaN when not paced
+        print(f"[{c.start or 0:7.2f}s{lag}] {c.text}", flush=True)
+
+    config = {"lookahead": args.lookahead, "max_delay_ms": args.max_delay_ms}
+    captions, latencies, _ = await stream_file(args.url, audio, args.speed, config, show)
+    if latencies and args.speed > 0:
+        print(
+            f"{len(captions)} captions; latency median {statistics.median(latencies):.2f} s, max {max(latencies):.2f} s",
+            file=sys.stderr,
+        )
+    if not args.no_subtitles:
+        for p in write_subtitles(args.out or Path(args.audio).stem, captions):
+            print(f"wrote {p}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="streampunct file", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("audio", help="WAV, FLAC or MP3 file")
+    ap.add_argument("--speed", type=float, default=1.0, help="1: real time (default); 0: as fast as possible")
+    ap.add_argument("--out", help="prefix of the .srt and .vtt files (default: the audio file's name)")
+    ap.add_argument("--no-subtitles", action="store_true", help="write no .srt/.vtt")
+    add_stream_args(ap)
+    return ap
+
+
+def cli(argv: list[str] | None = None) -> int:
+    return run_client(main, build_parser(), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

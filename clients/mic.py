@@ -1,0 +1,125 @@
+"""Live captions from the microphone, in the terminal.
+
+    python -m clients.mic [--url ws://127.0.0.1:8765] [--lookahead 2] [--out captions]
+
+Speak; the line being spoken shows dim (provisional words), and each sentence turns bright once its
+punctuation is final. Ctrl-C ends the stream: the server finalises what was said, and
+``OUT.srt`` and ``OUT.vtt`` (default ``captions``) are written.
+Needs sounddevice and PortAudio (``pip install sounddevice``; Debian: ``apt install libportaudio2``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from clients.common import ClientError, add_stream_args, caption_of, open_stream, run_client, write_subtitles
+from streampunct.captions import Caption
+
+DIM, BRIGHT, RESET, CLEAR = "\033[2m", "\033[1m", "\033[0m", "\r\033[K"
+
+
+class Screen:
+    """Final captions scroll up in bright; the line in progress is redrawn in place, dim."""
+
+    def __init__(self, out: Any = sys.stdout):
+        self.out = out
+        self.committed: list[str] = []  # recognised words not yet in a caption
+        self.provisional: list[str] = []
+
+    def words(self, msg: dict[str, Any]) -> None:
+        self.committed += [w["text"] for w in msg["committed"]]
+        self.provisional = [w["text"] for w in msg["provisional"]]
+        self.redraw()
+
+    def caption(self, c: Caption) -> None:
+        self.committed = self.committed[c.last - c.first + 1 :]
+        self.out.write(f"{CLEAR}{BRIGHT}{c.text}{RESET}\n")
+        self.redraw()
+
+    def redraw(self) -> None:
+        line = (
+            " ".join(self.committed)
+            + (" " if self.committed else "")
+            + DIM
+            + " ".join(self.provisional)
+            + RESET
+        )
+        self.out.write(CLEAR + line[-300:])
+        self.out.flush()
+
+
+async def main(args: argparse.Namespace) -> int:
+    try:
+        import sounddevice as sd
+    except (ImportError, OSError) as e:
+        raise ClientError(
+            f"the microphone needs sounddevice and PortAudio ({e}): pip install sounddevice"
+        ) from e
+    loop = asyncio.get_running_loop()
+    chunks: asyncio.Queue[bytes] = asyncio.Queue()
+
+    def on_audio(indata: Any, frames: int, t: Any, status: Any) -> None:
+        loop.call_soon_threadsafe(chunks.put_nowait, bytes(indata))
+
+    ws, _ = await open_stream(
+        args.url, "/v1/asr", {"lookahead": args.lookahead, "max_delay_ms": args.max_delay_ms}
+    )
+    screen = Screen()
+    captions: list[Caption] = []
+
+    async def receive() -> None:
+        async for raw in ws:
+            msg = json.loads(raw)
+            if msg["type"] == "words":
+                screen.words(msg)
+            elif msg["type"] == "caption":
+                captions.append(caption_of(msg))
+                screen.caption(captions[-1])
+            elif msg["type"] == "error":
+                print(f"\nserver: {msg['code']}: {msg['message']}", file=sys.stderr)
+            elif msg["type"] == "end":
+                return
+
+    receiver = asyncio.create_task(receive())
+    try:
+        device = sd.RawInputStream(
+            samplerate=16000, channels=1, dtype="int16", blocksize=4000, callback=on_audio
+        )
+    except Exception as e:
+        raise ClientError(f"cannot open the microphone: {e}") from e
+    print("Listening; Ctrl-C to stop.", file=sys.stderr)
+    try:
+        with device:
+            while True:
+                await ws.send(await chunks.get())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        pass
+    finally:
+        await ws.send(json.dumps({"type": "end"}))
+        await receiver
+        await ws.close()
+        print(file=sys.stdout)
+        for p in write_subtitles(args.out, captions):
+            print(f"wrote {p}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="streampunct mic", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--out", default="captions", help="prefix of the .srt and .vtt files (default: captions)")
+    add_stream_args(ap)
+    return ap
+
+
+def cli(argv: list[str] | None = None) -> int:
+    return run_client(main, build_parser(), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -1,0 +1,96 @@
+"""The integration example: word hypotheses as JSON lines in, punctuated sentences out.
+
+    python -m clients.words [--url ws://127.0.0.1:8765] [--lookahead 2] [FILE]   (stdin by default)
+
+Each input line is one JSON object, as any recogniser can write it:
+
+    {"text": "hello", "start": 0.42, "end": 0.71}         one word (times optional, in seconds)
+    {"words": ["so", {"text": "what", "end": 1.2}]}        several words
+    {"revise": 12, "words": [...]}                         replace the words from index 12 on
+    {"tick": 3.5}                                          the recogniser's clock, in silence
+
+Punctuated sentences are printed as soon as their last word is final. This file is the reference
+for integrators: it is the whole protocol of /v1/punct (docs/protocol.md) in about 60 lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from clients.common import ClientError, add_stream_args, open_stream, run_client
+from streampunct.captions import Captioner
+from streampunct.stream import PunctEvent
+
+
+def to_message(line: str, n: int) -> dict[str, Any]:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ClientError(f"input line {n} is not JSON: {e.msg}") from e
+    if not isinstance(obj, dict):
+        raise ClientError(f"input line {n} is not a JSON object")
+    if "revise" in obj:
+        return {"type": "revise", "index": obj["revise"], "words": obj.get("words", [])}
+    if "tick" in obj:
+        return {"type": "tick", "now": obj["tick"]}
+    if "words" in obj:
+        return {"type": "words", "words": obj["words"]}
+    if "text" in obj:
+        return {"type": "words", "words": [obj]}
+    raise ClientError(f'input line {n} has none of "text", "words", "revise", "tick"')
+
+
+async def receive(ws: Any, out: Any) -> None:
+    captioner = Captioner()
+    async for raw in ws:
+        msg = json.loads(raw)
+        if msg["type"] == "events":
+            events = [PunctEvent(e["index"], e["word"], e["label"], e["final"]) for e in msg["events"]]
+            for c in captioner.add(events):
+                print(c.text, file=out, flush=True)
+        elif msg["type"] == "error":
+            print(f"server: {msg['code']}: {msg['message']}", file=sys.stderr, flush=True)
+        elif msg["type"] == "end":
+            for c in captioner.flush():
+                print(c.text, file=out, flush=True)
+            return
+
+
+async def main(args: argparse.Namespace) -> int:
+    source = open(args.file, encoding="utf-8") if args.file else sys.stdin  # noqa: SIM115
+    ws, _ = await open_stream(
+        args.url, "/v1/punct", {"lookahead": args.lookahead, "max_delay_ms": args.max_delay_ms}
+    )
+    async with ws:
+        receiver = asyncio.create_task(receive(ws, sys.stdout))
+        for n, line in enumerate(source, start=1):
+            if not line.strip():
+                continue
+            try:
+                await ws.send(json.dumps(to_message(line, n)))
+            except ClientError as e:  # a bad line is reported and skipped; the stream goes on
+                print(f"streampunct words: skipped: {e}", file=sys.stderr, flush=True)
+        await ws.send(json.dumps({"type": "end"}))
+        await receiver
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="streampunct words", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("file", nargs="?", help="JSON lines (default: stdin)")
+    add_stream_args(ap)
+    return ap
+
+
+def cli(argv: list[str] | None = None) -> int:
+    return run_client(main, build_parser(), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

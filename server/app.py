@@ -1,0 +1,433 @@
+"""``streampunct serve``: the websocket server. It only drives the sans-I/O cores.
+
+- ``/v1/punct``: word hypotheses from any recogniser in, punctuation events out.
+- ``/v1/asr``: 16 kHz PCM16 audio in; recognised words, punctuation events and caption lines out.
+- ``/health``: plain HTTP, JSON status. ``/``: the browser caption page.
+
+Per-connection state lives in one session object per connection; all punctuation work goes through
+one :class:`~streampunct.scheduler.Batcher` (many streams, one forward pass), and speech
+recognition through one worker thread. A bad message gets an ``error`` message and changes
+nothing; an unexpected fault closes that connection alone (1011). On SIGINT or SIGTERM the server
+stops accepting streams, finishes the open ones (every word final, ``end`` sent), then exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import itertools
+import json
+import logging
+import signal
+import sys
+import time
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+from server import protocol as P
+from streampunct import Punctuator, StreamPunctError
+from streampunct.captions import Captioner
+from streampunct.scheduler import Batcher
+from streampunct.stream import PunctEvent, Word
+
+PAGE = Path(__file__).parent / "page" / "index.html"
+log = logging.getLogger("streampunct.server")
+
+
+class JsonFormatter(logging.Formatter):
+    """Structured logs: one JSON object a line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "event": record.getMessage(),
+        }
+        entry.update(getattr(record, "fields", {}))
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def _log(level: int, event: str, **fields: Any) -> None:
+    log.log(level, event, extra={"fields": fields})
+
+
+class App:
+    def __init__(
+        self,
+        punctuator: Punctuator,
+        *,
+        max_streams: int = 64,
+        asr_model: str | None = None,
+        asr_device: str = "auto",
+    ):
+        self.punctuator = punctuator
+        self.max_streams = max_streams
+        self.asr_model_name = asr_model
+        self.asr_device = asr_device
+        self.batcher = Batcher()
+        self.asr_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr")
+        self._whisper: Any = None
+        self._whisper_lock = asyncio.Lock()
+        self.active = 0
+        self.stopping = asyncio.Event()
+        self._ids = itertools.count(1)
+
+    async def whisper(self) -> Any:
+        async with self._whisper_lock:
+            if self._whisper is None:
+                from streampunct.asr import load_whisper
+
+                loop = asyncio.get_running_loop()
+                t0 = time.perf_counter()
+                self._whisper = await loop.run_in_executor(
+                    self.asr_executor, load_whisper, self.asr_model_name, self.asr_device
+                )
+                _log(
+                    logging.INFO,
+                    "asr_model_loaded",
+                    model=self.asr_model_name or "tiny.en",
+                    seconds=round(time.perf_counter() - t0, 2),
+                )
+        return self._whisper
+
+    # --- HTTP ------------------------------------------------------------------------------
+
+    def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        path = urlparse(request.path).path
+        if path == "/health":
+            status = "stopping" if self.stopping.is_set() else "ok"
+            return _json_response(
+                HTTPStatus.OK, {"status": status, "streams": self.active, "protocol": P.VERSION}
+            )
+        if path in ("/", "/index.html"):
+            return Response(
+                200, "OK", Headers({"Content-Type": "text/html; charset=utf-8"}), PAGE.read_bytes()
+            )
+        if path not in ("/v1/punct", "/v1/asr"):
+            return _json_response(
+                HTTPStatus.NOT_FOUND,
+                P.error("not_found", f"no endpoint {path}; try /v1/punct, /v1/asr or /health"),
+            )
+        if self.stopping.is_set():
+            return _json_response(
+                HTTPStatus.SERVICE_UNAVAILABLE, P.error("shutting_down", "the server is shutting down")
+            )
+        if self.active >= self.max_streams:
+            return _json_response(
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                P.error("too_many_streams", f"the server is at its limit of {self.max_streams} streams"),
+            )
+        return None
+
+    # --- websockets ------------------------------------------------------------------------
+
+    async def handler(self, connection: ServerConnection) -> None:
+        path = urlparse(connection.request.path).path if connection.request else ""
+        session_id = f"{next(self._ids):06d}"
+        peer = connection.remote_address[0] if connection.remote_address else None
+        self.active += 1
+        _log(logging.INFO, "connect", session=session_id, path=path, peer=peer)
+        session: Session = (
+            PunctSession(self, connection, session_id)
+            if path == "/v1/punct"
+            else AsrSession(self, connection, session_id)
+        )
+        try:
+            await session.run()
+        except ConnectionClosed as e:
+            _log(logging.INFO, "connection_closed", session=session_id, code=e.rcvd.code if e.rcvd else None)
+        except Exception:
+            log.exception("session_failed", extra={"fields": {"session": session_id}})
+            try:
+                await connection.send(
+                    P.dumps(P.error("internal", "the server failed on this stream; it is closed"))
+                )
+                await connection.close(1011, "internal error")
+            except ConnectionClosed:
+                pass
+        finally:
+            self.active -= 1
+            _log(logging.INFO, "disconnect", session=session_id, words=session.words_in)
+
+
+def _json_response(status: HTTPStatus, payload: dict[str, Any]) -> Response:
+    body = json.dumps(payload).encode()
+    return Response(status.value, status.phrase, Headers({"Content-Type": "application/json"}), body)
+
+
+class Session:
+    """The state of one connection: its configuration and its stream."""
+
+    audio = False
+
+    def __init__(self, app: App, connection: ServerConnection, session_id: str):
+        self.app = app
+        self.connection = connection
+        self.id = session_id
+        self.cfg: P.StreamConfig | None = None
+        self.stream: Any = None
+        self.words_in = 0
+
+    async def send(self, msg: dict[str, Any]) -> None:
+        await self.connection.send(P.dumps(msg))
+
+    async def send_events(self, events: list[PunctEvent]) -> None:
+        if events:
+            await self.send(P.events(events))
+
+    async def run(self) -> None:
+        stop = asyncio.ensure_future(self.app.stopping.wait())
+        try:
+            while True:
+                recv = asyncio.ensure_future(self.connection.recv())
+                done, _ = await asyncio.wait({recv, stop}, return_when=asyncio.FIRST_COMPLETED)
+                if recv not in done:
+                    recv.cancel()
+                    if self.stream is not None and self.cfg is not None:
+                        await self.end(reason="server shutting down")
+                    await self.connection.close(1001, "server shutting down")
+                    return
+                message = recv.result()
+                try:
+                    if self.cfg is None:
+                        await self.configure(P.parse(message))
+                    elif await self.on_message(message):
+                        await self.connection.close()
+                        return
+                except P.ProtocolError as e:
+                    await self.send(P.error(e.code, str(e)))
+                except StreamPunctError as e:  # e.g. revising final words: the stream is unchanged
+                    await self.send(P.error("bad_input", str(e)))
+        finally:
+            stop.cancel()
+
+    async def configure(self, msg: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    async def on_message(self, message: str | bytes) -> bool:
+        """Handle one message after the config; True once the stream has ended."""
+        raise NotImplementedError
+
+    async def end(self, reason: str | None = None) -> None:
+        raise NotImplementedError
+
+
+class PunctSession(Session):
+    async def configure(self, msg: dict[str, Any]) -> None:
+        cfg = P.parse_config(msg)
+        self.stream = self.app.punctuator.stream(lookahead=cfg.lookahead, max_delay_ms=cfg.max_delay_ms)
+        self.cfg = cfg
+        await self.send(P.ready(self.id, cfg, "punct"))
+
+    async def on_message(self, message: str | bytes) -> bool:
+        msg = P.parse(message)
+        kind, batcher = msg["type"], self.app.batcher
+        if kind == "words":
+            words = P.parse_words(msg.get("words"))
+            await self.send_events(await batcher.push(self.stream, words, now=P.parse_now(msg)))
+            self.words_in += len(words)
+        elif kind == "revise":
+            index, words = P.parse_index(msg), P.parse_words(msg.get("words"))
+            await self.send_events(await batcher.revise(self.stream, index, words, now=P.parse_now(msg)))
+        elif kind == "tick":
+            now = P.parse_now(msg)
+            if now is None:
+                raise P.ProtocolError("bad_message", '"tick" needs "now", the recogniser\'s clock in seconds')
+            await self.send_events(await batcher.tick(self.stream, now))
+        elif kind == "end":
+            await self.end()
+            return True
+        elif kind == "config":
+            raise P.ProtocolError("bad_state", "this stream is already configured")
+        else:
+            raise P.ProtocolError(
+                "unknown_type", f'unknown message type "{kind}" (config, words, revise, tick, end)'
+            )
+        return False
+
+    async def end(self, reason: str | None = None) -> None:
+        await self.send_events(await self.app.batcher.finish(self.stream))
+        msg: dict[str, Any] = {"type": "end", "words": self.stream.n_words}
+        if reason:
+            msg["reason"] = reason
+        await self.send(msg)
+
+
+class AsrSession(Session):
+    async def configure(self, msg: dict[str, Any]) -> None:
+        from streampunct.asr import StreamingRecognizer
+
+        cfg = P.parse_config(msg, audio=True)
+        self.recognizer = StreamingRecognizer(await self.app.whisper())
+        self.stream = self.app.punctuator.stream(lookahead=cfg.lookahead, max_delay_ms=cfg.max_delay_ms)
+        self.captioner = Captioner()
+        self.ends: dict[int, float] = {}  # word end times of words not final yet
+        self.cfg = cfg
+        await self.send(P.ready(self.id, cfg, "asr"))
+
+    async def on_message(self, message: str | bytes) -> bool:
+        loop = asyncio.get_running_loop()
+        if isinstance(message, bytes):
+            if len(message) % 2:
+                raise P.ProtocolError("bad_audio", "audio must be 16-bit PCM: an even number of bytes")
+            self.recognizer.feed(np.frombuffer(message, dtype="<i2").astype(np.float32) / 32768.0)
+            if self.recognizer.ready():
+                hyp = await loop.run_in_executor(self.app.asr_executor, self.recognizer.process)
+                await self.words(hyp.committed, hyp.provisional)
+            return False
+        msg = P.parse(message)
+        if msg["type"] == "end":
+            await self.end()
+            return True
+        if msg["type"] == "config":
+            raise P.ProtocolError("bad_state", "this stream is already configured")
+        raise P.ProtocolError(
+            "unknown_type", f'unknown message type "{msg["type"]}" (send binary audio, then "end")'
+        )
+
+    async def words(self, committed: list[Word], provisional: list[Word]) -> None:
+        first = self.stream.n_words
+        self.captioner.add_words(first, committed)
+        for i, w in enumerate(committed):
+            self.ends[first + i] = w.end or 0.0
+        self.words_in += len(committed)
+        events = await self.app.batcher.push(self.stream, committed, now=self.recognizer.duration)
+        if committed or provisional:
+            await self.send(
+                {
+                    "type": "words",
+                    "committed": [P.word_dict(w, first + i) for i, w in enumerate(committed)],
+                    "provisional": [P.word_dict(w) for w in provisional],
+                }
+            )
+        await self.emit(events)
+
+    async def emit(self, events: list[PunctEvent], flush: bool = False) -> None:
+        await self.send_events(events)
+        for e in events:
+            if e.final:
+                end = self.ends.pop(e.index, None)
+                if e.label in ("PERIOD", "QUESTION") and end is not None:
+                    self.recognizer.sentence_end(end)
+        captions = self.captioner.add(events) + (self.captioner.flush() if flush else [])
+        for c in captions:
+            await self.send(
+                {
+                    "type": "caption",
+                    "text": c.text,
+                    "start": c.start,
+                    "end": c.end,
+                    "first": c.first,
+                    "last": c.last,
+                }
+            )
+
+    async def end(self, reason: str | None = None) -> None:
+        loop = asyncio.get_running_loop()
+        rest = await loop.run_in_executor(self.app.asr_executor, self.recognizer.finish)
+        await self.words(rest, [])
+        await self.emit(await self.app.batcher.finish(self.stream), flush=True)
+        msg: dict[str, Any] = {
+            "type": "end",
+            "words": self.stream.n_words,
+            "audio_seconds": round(self.recognizer.duration, 3),
+        }
+        if reason:
+            msg["reason"] = reason
+        await self.send(msg)
+
+
+async def run_server(app: App, host: str, port: int, ready: asyncio.Event | None = None) -> None:
+    async with serve(
+        app.handler,
+        host,
+        port,
+        process_request=app.process_request,
+        max_size=2**20,
+        max_queue=32,
+        ping_interval=20,
+    ) as server:
+        actual = server.sockets[0].getsockname()[1] if server.sockets else port
+        _log(logging.INFO, "listening", url=f"ws://{host}:{actual}", streams=app.max_streams)
+        print(f"streampunct serving on ws://{host}:{actual}", flush=True)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, app.stopping.set)
+        if ready is not None:
+            ready.set()
+        await app.stopping.wait()
+        _log(logging.INFO, "shutting_down", streams=app.active)
+        for _ in range(200):  # sessions finish their streams and close themselves (at most 20 s)
+            if app.active == 0:
+                break
+            await asyncio.sleep(0.1)
+        server.close()
+        await server.wait_closed()
+    await app.batcher.close()
+    app.asr_executor.shutdown(wait=True)
+    _log(logging.INFO, "stopped")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="streampunct serve", description="Run the streampunct websocket server."
+    )
+    ap.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
+    )
+    ap.add_argument("--port", type=int, default=8765, help="port (0: any free port)")
+    ap.add_argument("--model", default=None, help="punctuation checkpoint (default: the shipped one)")
+    ap.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda if present)")
+    ap.add_argument(
+        "--asr-model", default=None, help="tiny.en (default), base, or a CTranslate2 Whisper folder"
+    )
+    ap.add_argument(
+        "--preload-asr",
+        action="store_true",
+        help="load the speech model at start, not at the first /v1/asr stream",
+    )
+    ap.add_argument("--max-streams", type=int, default=64)
+    ap.add_argument("--log-level", default="info")
+    args = ap.parse_args(argv)
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
+    logging.getLogger("faster_whisper").setLevel(logging.WARNING)
+    try:
+        punctuator = Punctuator.load(args.model, device=args.device)
+
+        async def start() -> None:
+            app = App(
+                punctuator, max_streams=args.max_streams, asr_model=args.asr_model, asr_device=args.device
+            )
+            if args.preload_asr:
+                await app.whisper()
+            await run_server(app, args.host, args.port)
+
+        asyncio.run(start())
+    except StreamPunctError as e:
+        print(f"streampunct serve: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(
+            f"streampunct serve: error: cannot listen on {args.host}:{args.port}: {e.strerror or e}",
+            file=sys.stderr,
+        )
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
