@@ -17,6 +17,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,16 +42,22 @@ def load_audio(path: str) -> np.ndarray:
         raise ClientError(f"{path}: cannot decode audio ({e})") from e
 
 
+@dataclass
+class Result:
+    captions: list[Caption] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)  # per caption, audio seconds
+    timeline: list[tuple[float, dict[str, Any]]] = field(default_factory=list)  # (audio clock, message)
+    end: dict[str, Any] = field(default_factory=dict)
+
+
 async def stream_file(
     url: str, audio: np.ndarray, speed: float, config: dict[str, Any], on_caption: Any = None
-) -> tuple[list[Caption], list[float], dict[str, Any]]:
-    """Send the audio paced at ``speed``; return the captions, their latencies and the end message."""
+) -> Result:
+    """Send the audio paced at ``speed``; collect every message with the audio clock at its arrival."""
     ws, _ = await open_stream(url, "/v1/asr", config)
     pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
     step = int(CHUNK_S * 16000) * 2
-    captions: list[Caption] = []
-    latencies: list[float] = []
-    end: dict[str, Any] = {}
+    result = Result()
     t0 = time.perf_counter()
     pace = speed if speed > 0 else float("inf")
 
@@ -60,17 +67,18 @@ async def stream_file(
     async def receive() -> None:
         async for raw in ws:
             msg = json.loads(raw)
+            result.timeline.append((audio_clock(), msg))
             if msg["type"] == "caption":
                 c = caption_of(msg)
-                captions.append(c)
+                result.captions.append(c)
                 latency = max(0.0, audio_clock() - (c.end or 0.0)) if pace != float("inf") else float("nan")
-                latencies.append(latency)
+                result.latencies.append(latency)
                 if on_caption:
                     on_caption(c, latency)
             elif msg["type"] == "error":
                 print(f"server: {msg['code']}: {msg['message']}", file=sys.stderr, flush=True)
             elif msg["type"] == "end":
-                end.update(msg)
+                result.end = msg
                 return
 
     async with ws:
@@ -83,7 +91,7 @@ async def stream_file(
                     await asyncio.sleep(ahead)
         await ws.send(json.dumps({"type": "end"}))
         await receiver
-    return captions, latencies, end
+    return result
 
 
 async def main(args: argparse.Namespace) -> int:

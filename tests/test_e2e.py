@@ -1,0 +1,224 @@
+"""End to end with the real parts: espeak-ng speech, a real `streampunct serve`, Whisper tiny.en,
+the shipped punctuator; and the browser caption page in headless Chromium with a fake microphone
+fed from the same speech. `.ci/run` installs espeak-ng and chromium from Debian."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from websockets.asyncio.client import connect
+
+from clients.file import load_audio, stream_file
+from tests.test_server import start_server, stop_server, validate
+
+SENTENCES = [
+    "Hello everyone, and thank you for coming today.",
+    "What do you think about the weather?",
+    "I think it will rain tomorrow.",
+    "We should stay at home and read a book.",
+]
+needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
+
+
+def words_of(text: str) -> list[str]:
+    return [w.strip(",.?!").lower() for w in text.split()]
+
+
+@pytest.fixture(scope="module")
+def speech(tmp_path_factory) -> Path:
+    wav = tmp_path_factory.mktemp("speech") / "speech.wav"
+    # Short pauses between sentences, as a speaker makes them.
+    subprocess.run(
+        ["espeak-ng", "-v", "en-us", "-s", "140", "-g", "8", "-w", str(wav), " ".join(SENTENCES)], check=True
+    )
+    return wav
+
+
+@pytest.fixture(scope="module")
+def asr_server():
+    proc, url = start_server("--preload-asr")
+    yield url
+    stop_server(proc)
+
+
+def check_transcript(captions: list[str]) -> None:
+    text = " ".join(captions)
+    said = [w for s in SENTENCES for w in words_of(s)]
+    heard = words_of(text)
+    assert len(set(said) & set(heard)) >= 0.8 * len(set(said)), text
+    # streampunct's marks at the sentence ends: the question, the statements, the last one.
+    assert text.rstrip()[-1] in ".?", text
+    assert sum(text.count(m) for m in ".?") >= 3, text
+    assert "weather?" in text.lower(), text
+    assert captions[0][0].isupper()
+
+
+@needs_espeak
+def test_audio_through_the_server(asr_server, speech):
+    result = asyncio.run(
+        stream_file(asr_server, load_audio(str(speech)), 0, {"lookahead": 2, "max_delay_ms": 1500})
+    )
+    for _, msg in result.timeline:
+        validate(msg)
+    captions = [c.text for c in result.captions]
+    check_transcript(captions)
+    assert result.end["type"] == "end" and result.end["audio_seconds"] > 10
+    committed = [w for _, m in result.timeline if m["type"] == "words" for w in m["committed"]]
+    assert [w["index"] for w in committed] == list(range(len(committed)))
+    assert all(w["start"] <= w["end"] for w in committed)
+    # captions cover every word once, in order, with times
+    assert [c.first for c in result.captions] == [0] + [c.last + 1 for c in result.captions[:-1]]
+    assert all(c.start is not None and c.end is not None and c.start <= c.end for c in result.captions)
+
+
+@needs_espeak
+def test_file_client_writes_subtitles(asr_server, speech, tmp_path):
+    out = subprocess.run(
+        [
+            "streampunct",
+            "file",
+            str(speech),
+            "--url",
+            asr_server,
+            "--speed",
+            "0",
+            "--out",
+            str(tmp_path / "talk"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    srt = (tmp_path / "talk.srt").read_text()
+    vtt = (tmp_path / "talk.vtt").read_text()
+    assert srt.startswith("1\n00:00:0") and " --> " in srt
+    assert vtt.startswith("WEBVTT\n\n00:00:0")
+    check_transcript([line for line in out.stdout.splitlines() if line.strip()])
+
+
+@needs_espeak
+def test_asr_protocol_errors(asr_server):
+    async def go():
+        async with connect(asr_server + "/v1/asr") as ws:
+            await ws.send(json.dumps({"type": "config", "sample_rate": 8000}))
+            refused = json.loads(await ws.recv())
+            await ws.send(json.dumps({"type": "config"}))
+            ready = json.loads(await ws.recv())
+            await ws.send(b"\x00\x00\x00")
+            odd = json.loads(await ws.recv())
+            await ws.send(json.dumps({"type": "words", "words": ["hi"]}))
+            wrong = json.loads(await ws.recv())
+            await ws.send(json.dumps({"type": "end"}))
+            end = json.loads(await ws.recv())
+            return refused, ready, odd, wrong, end
+
+    refused, ready, odd, wrong, end = asyncio.run(go())
+    assert refused["code"] == "bad_message" and "16000" in refused["message"]
+    assert ready["type"] == "ready" and ready["sample_rate"] == 16000
+    assert odd["code"] == "bad_audio" and wrong["code"] == "unknown_type"
+    assert end == {"type": "end", "words": 0, "audio_seconds": 0.0}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _cdp_eval(ws_url: str, expression: str) -> object:
+    async with connect(ws_url, max_size=2**24) as ws:
+        await ws.send(
+            json.dumps(
+                {
+                    "id": 1,
+                    "method": "Runtime.evaluate",
+                    "params": {"expression": expression, "returnByValue": True},
+                }
+            )
+        )
+        reply = json.loads(await ws.recv())
+        return reply["result"]["result"].get("value")
+
+
+async def _cdp_screenshot(ws_url: str, path: Path) -> None:
+    import base64
+
+    async with connect(ws_url, max_size=2**25) as ws:
+        await ws.send(json.dumps({"id": 2, "method": "Page.captureScreenshot", "params": {"format": "png"}}))
+        reply = json.loads(await ws.recv())
+        path.write_bytes(base64.b64decode(reply["result"]["data"]))
+
+
+@needs_espeak
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
+def test_browser_caption_page(asr_server, speech, tmp_path):
+    http = asr_server.replace("ws://", "http://")
+    port = _free_port()
+    profile = tempfile.mkdtemp(prefix="streampunct-chromium-")
+    chrome = subprocess.Popen(
+        [
+            "chromium",
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-sync",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-quic",
+            f"--user-data-dir={profile}",
+            f"--remote-debugging-port={port}",
+            "--window-size=1100,700",
+            "--use-fake-ui-for-media-stream",
+            "--use-fake-device-for-media-stream",
+            f"--use-file-for-fake-audio-capture={speech}%noloop",
+            "--autoplay-policy=no-user-gesture-required",
+            f"{http}/?autostart=20",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        target = None
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json") as r:
+                    pages = [t for t in json.loads(r.read()) if t["type"] == "page"]
+                if pages:
+                    target = pages[0]["webSocketDebuggerUrl"]
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        assert target, "chromium did not start"
+        status = None
+        for _ in range(120):  # 20 s of speech, then the stream is finished
+            status = asyncio.run(_cdp_eval(target, "document.querySelector('#status').textContent"))
+            if status in ("done",) or str(status).startswith("error"):
+                break
+            time.sleep(0.5)
+        captions = asyncio.run(
+            _cdp_eval(
+                target, "[...document.querySelectorAll('#captions p')].map(p => p.lastChild.textContent)"
+            )
+        )
+        if os.environ.get("STREAMPUNCT_SCREENSHOT"):  # the README's picture: a path to write it to
+            asyncio.run(_cdp_screenshot(target, Path(os.environ["STREAMPUNCT_SCREENSHOT"])))
+        assert status == "done", status
+        assert isinstance(captions, list) and captions
+        check_transcript(captions)
+    finally:
+        chrome.terminate()
+        chrome.wait(timeout=10)
+        shutil.rmtree(profile, ignore_errors=True)
