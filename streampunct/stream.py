@@ -21,6 +21,7 @@ model read-only, so many streams may run in many threads.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -219,10 +220,8 @@ class PunctStream:
         return max(0, block * self.model.cfg.block - self.model.cfg.context)
 
     def _first_token_of(self, word: int) -> int:
-        for t in range(len(self._tok_word) - 1, -1, -1):
-            if self._tok_word[t] < word:
-                return self._tok_base + t + 1
-        return self._tok_base
+        """The first token of ``word`` or of the first word after it that has tokens."""
+        return self._tok_base + bisect.bisect_left(self._tok_word, word)
 
     def _add(self, w: Word) -> None:
         index = self.n_words
