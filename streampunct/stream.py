@@ -295,7 +295,7 @@ class PunctStream:
     def _provisional(self) -> list[PunctEvent]:
         events = []
         cfg = self.model.cfg
-        for pos in range(len(self._ids)):
+        for pos in range(max(0, self._final_tokens - self._tok_base), len(self._ids)):
             t = self._tok_base + pos
             i = self._tok_word[pos]
             if t < self._final_tokens or i < self._final_words:
@@ -312,7 +312,10 @@ class PunctStream:
     def _trim(self) -> None:
         """Forget what no decision can need again: memory stays flat however long the stream."""
         cfg = self.model.cfg
-        block = self._final_tokens // cfg.block
+        # A revision may cut from the first token of the first word not final, which can be
+        # before _final_tokens (a word half decided): keep everything from there.
+        open_from = min(self._final_tokens, self._first_token_of(self._final_words))
+        block = open_from // cfg.block
         for b in [b for b in self._windows if b < block]:
             del self._windows[b]
         keep_from = self._window_start(block)

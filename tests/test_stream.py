@@ -112,6 +112,20 @@ def test_revision_of_a_clitic_word_half_decided(tiny):
     assert [finals[i] for i in range(4)] == tiny.predict(words, lookahead=2)
 
 
+def test_revision_of_a_word_split_across_blocks(tiny):
+    """Token 15 ("do") ends block 0 and is decided; "n't" (token 16) is not: the word is revisable."""
+    block = tiny.model.cfg.block
+    words = ("so we went home and then it rained all day long in the old town " * 4).split()[: block - 1]
+    s = tiny.stream(lookahead=2)
+    finals: dict[int, str] = {}
+    check_events(s.push([*words, "don't", "x"]), finals)
+    assert s.n_final == block - 1
+    revised = [*words, "we", "go", "now", "then"]
+    check_events(s.revise(block - 1, revised[block - 1 :]), finals)
+    check_events(s.finish(), finals)
+    assert [finals[i] for i in range(len(revised))] == tiny.predict(revised, lookahead=2)
+
+
 def test_final_words_cannot_be_revised(tiny):
     s = tiny.stream(lookahead=0)
     s.push(["a", "b", "c"])
