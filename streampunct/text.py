@@ -109,7 +109,12 @@ def _attaches_left(token: str) -> bool:
     return token == "n't" or (token.startswith("'") and token[1:2].isalpha())
 
 
+_INITIALISM = re.compile(r"^(?:[a-z]\.){2,}$")  # u.s., u.k., ph.d. is not one
+
+
 def _cased(token: str, sentence_start: bool) -> str:
+    if _INITIALISM.match(token):
+        return token.upper()
     if token == "i" or token.startswith("i'"):
         token = "I" + token[1:]
     if sentence_start and token[:1].isalpha():

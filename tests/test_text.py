@@ -165,7 +165,7 @@ def test_render_capital_after_period_on_joined_word():
 
 def test_render_abbreviation_with_period_takes_single_dot():
     assert render(["ask", "mr."], ["O", "PERIOD"]) == "Ask mr."
-    assert render(["the", "u.s.", "and"], ["O", "PERIOD", "O"]) == "The u.s. And"
+    assert render(["the", "u.s.", "and"], ["O", "PERIOD", "O"]) == "The U.S. And"
 
 
 def test_render_abbreviation_keeps_other_marks():
