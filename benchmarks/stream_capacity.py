@@ -84,11 +84,20 @@ def main() -> None:
     while hi - lo > max(1, lo // 8):
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if passes(mid) else (lo, mid)
-    payload = {"machine": machine(), "torch_threads": 1, "words_per_second": RATE, "max_lag_ms": args.max_lag_ms, "streams_sustained": lo, "runs": runs}
+    payload = {
+        "machine": machine(),
+        "torch_threads": 1,
+        "words_per_second": RATE,
+        "max_lag_ms": args.max_lag_ms,
+        "streams_sustained": lo,
+        "runs": runs,
+    }
     print(f"one core sustains {lo} streams; wrote {write_json('stream_capacity.json', payload)}")
     if args.readme:
         best = max((r for r in runs if r["pass"]), key=lambda r: r["streams"], default=None)
-        detail = f" (p99 lag {best['p99_ms']:.0f} ms, mean batch {best['mean_batch']:.1f} streams)" if best else ""
+        detail = (
+            f" (p99 lag {best['p99_ms']:.0f} ms, mean batch {best['mean_batch']:.1f} streams)" if best else ""
+        )
         update_readme(
             "capacity",
             f"One CPU core (1 torch thread) sustains **{lo} live streams** of {RATE:g} words a second at k=2 through the "

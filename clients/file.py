@@ -102,14 +102,15 @@ async def main(args: argparse.Namespace) -> int:
         print(f"[{c.start or 0:7.2f}s{lag}] {c.text}", flush=True)
 
     config = {"lookahead": args.lookahead, "max_delay_ms": args.max_delay_ms}
-    captions, latencies, _ = await stream_file(args.url, audio, args.speed, config, show)
-    if latencies and args.speed > 0:
+    result = await stream_file(args.url, audio, args.speed, config, show)
+    lat = result.latencies
+    if lat and args.speed > 0:
         print(
-            f"{len(captions)} captions; latency median {statistics.median(latencies):.2f} s, max {max(latencies):.2f} s",
+            f"{len(lat)} captions; latency median {statistics.median(lat):.2f} s, max {max(lat):.2f} s",
             file=sys.stderr,
         )
     if not args.no_subtitles:
-        for p in write_subtitles(args.out or Path(args.audio).stem, captions):
+        for p in write_subtitles(args.out or Path(args.audio).stem, result.captions):
             print(f"wrote {p}", file=sys.stderr)
     return 0
 

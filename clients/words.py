@@ -67,7 +67,10 @@ async def main(args: argparse.Namespace) -> int:
     )
     async with ws:
         receiver = asyncio.create_task(receive(ws, sys.stdout))
-        for n, line in enumerate(source, start=1):
+        loop = asyncio.get_running_loop()
+        n = 0
+        while line := await loop.run_in_executor(None, source.readline):  # the loop stays free
+            n += 1
             if not line.strip():
                 continue
             try:

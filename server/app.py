@@ -137,6 +137,15 @@ class App:
         session_id = f"{next(self._ids):06d}"
         peer = connection.remote_address[0] if connection.remote_address else None
         self.active += 1
+        if self.active > self.max_streams:  # handshakes that passed process_request together
+            self.active -= 1
+            await connection.send(
+                P.dumps(
+                    P.error("too_many_streams", f"the server is at its limit of {self.max_streams} streams")
+                )
+            )
+            await connection.close(1013, "too many streams")
+            return
         _log(logging.INFO, "connect", session=session_id, path=path, peer=peer)
         session: Session = (
             PunctSession(self, connection, session_id)
@@ -302,7 +311,13 @@ class AsrSession(Session):
         for i, w in enumerate(committed):
             self.ends[first + i] = w.end or 0.0
         self.words_in += len(committed)
-        events = await self.app.batcher.push(self.stream, committed, now=self.recognizer.duration)
+        # The recogniser's clock for time limits: words are complete up to its current guess.
+        now = (
+            provisional[0].start
+            if provisional and provisional[0].start is not None
+            else self.recognizer.duration
+        )
+        events = await self.app.batcher.push(self.stream, committed, now=now)
         if committed or provisional:
             await self.send(
                 {

@@ -44,20 +44,23 @@ def parse(text: str | bytes) -> dict[str, Any]:
         msg = json.loads(text)
     except json.JSONDecodeError as e:
         raise ProtocolError("bad_json", f"the message is not JSON: {e.msg} at character {e.pos}") from e
+    except (ValueError, RecursionError) as e:  # e.g. an integer of thousands of digits
+        raise ProtocolError("bad_json", f"the message cannot be read: {e}") from e
     if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
         raise ProtocolError("bad_message", 'a message is a JSON object with a string "type"')
     return msg
 
 
 def _number(value: Any, name: str, minimum: float = 0.0) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < minimum
-    ):
-        raise ProtocolError("bad_message", f'"{name}" must be a number >= {minimum:g}, got {value!r}')
-    return float(value)
+    try:
+        number = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number) or number < minimum:
+        raise ProtocolError(
+            "bad_message", f'"{name}" must be a finite number >= {minimum:g}, got {str(value)[:40]}'
+        )
+    return number
 
 
 def parse_config(msg: dict[str, Any], audio: bool = False) -> StreamConfig:

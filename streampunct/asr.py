@@ -183,9 +183,10 @@ class StreamingRecognizer:
         if samples <= 0:
             return
         self.history.extend(w.text for w in self.policy.committed if (w.end or 0) <= cut)
+        del self.history[:-60]  # the prompt uses the last 200 characters
         self.policy.forget_before(cut)
         self.audio = self.audio[samples:]
-        self.offset = cut
+        self.offset += samples / SAMPLE_RATE  # exact: whole samples, no drift
 
 
 def resolve_asr_model(name: str | None) -> str:

@@ -43,11 +43,11 @@ class WindowState:
         return len(self.word_start)
 
     def append(self, pieces: Sequence[int]) -> None:
+        if len(self.ids) + len(pieces) > self.model.cfg.max_positions:
+            raise ValueError("window longer than the model's positions")
         self.word_start.append(len(self.ids))
         self.word_pos.extend([self.n_words - 1] * len(pieces))
         self.ids.extend(pieces)
-        if self.n_words > self.model.cfg.max_positions:
-            raise ValueError("window longer than the model's positions")
 
     def truncate(self, n_words: int) -> None:
         """Forget words from ``n_words`` on (a revised tail)."""
@@ -99,8 +99,10 @@ def compute_many(windows: Sequence[WindowState]) -> None:
     d_prev = [min(w._first_piece(w.dirty), w.h[0].shape[1]) for w in todo]
 
     # Embeddings of the stale pieces of every window, as one flat batch of rows.
-    ids = torch.tensor([i for w, d in zip(todo, d_prev) for i in w.ids[d:]], device=dev)
-    pos = torch.tensor([p for w, d in zip(todo, d_prev) for p in range(d, len(w.ids))], device=dev)
+    ids = torch.tensor([i for w, d in zip(todo, d_prev) for i in w.ids[d:]], dtype=torch.long, device=dev)
+    pos = torch.tensor(
+        [p for w, d in zip(todo, d_prev) for p in range(d, len(w.ids))], dtype=torch.long, device=dev
+    )
     emb = m.ln_emb(m.tok_emb(ids) + m.pos_emb(pos) + m.type_emb.weight[0])  # (sum rows, C)
     for w, d, rows in zip(todo, d_prev, emb.split([t - d for t, d in zip(T, d_prev)])):
         w.h[0] = torch.cat([w.h[0][:, :d], rows[None]], dim=1)  # (1, T, C)

@@ -52,10 +52,10 @@ class WordPieces:
 
     def encode(self, words: Sequence[str]) -> list[tuple[int, ...]]:
         """Pieces of each word; the tokenizer runs once per distinct word ever seen."""
+        if len(self._table) > 500_000:  # a bound for servers that run for months
+            self._table.clear()
         new = [w for w in dict.fromkeys(words) if w not in self._table]
         if new:
-            if len(self._table) > 500_000:  # a bound for servers that run for months
-                self._table.clear()
             for w, enc in zip(new, self._tok.encode_batch(new, add_special_tokens=False)):
                 self._table[w] = tuple(enc.ids[: self.max_pieces]) or (self.unk_id,)
         return [self._table[w] for w in words]

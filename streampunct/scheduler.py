@@ -54,7 +54,15 @@ def run_batch(jobs: Sequence[Job]) -> list[list[PunctEvent] | Exception]:
             staged.append(i)
         except Exception as e:  # reported to that job's caller only
             results[i] = e
-    compute_many([w for i in staged for w in jobs[i].stream._open_windows()])
+    try:
+        compute_many([w for i in staged for w in jobs[i].stream._open_windows()])
+    except Exception:  # find the stream(s) at fault: each alone
+        for i in list(staged):
+            try:
+                compute_many(jobs[i].stream._open_windows())
+            except Exception as e:
+                results[i] = e
+                staged.remove(i)
     for i in staged:
         job = jobs[i]
         try:

@@ -243,24 +243,30 @@ class PunctStream:
             self._clock = max(self._clock, w.end if w.end is not None else w.start)  # type: ignore[type-var]
 
     def _decide(self, t: int, flush: bool) -> int | None:
-        """The label of token t if it can be final now, else None."""
+        """The label of token t if it can be final now, else None.
+
+        A word whose deadline the clock has passed is decided with the tokens of the words that
+        had ended by then, whatever arrived later: the result does not depend on when ticks come.
+        """
         n_tokens = self._tok_base + len(self._ids)
         after = n_tokens - 1 - t
-        if after >= self._k:
-            block = t // self.model.cfg.block
-            return int(self._windows[block].logits(t - self._window_start(block)).argmax())
         word = self._words[self._tok_word[t - self._tok_base] - self._word_base]
         deadline = self.policy.deadline(word)
-        if flush:
-            j = after
-        elif deadline is not None and self._clock >= deadline:
+        if deadline is not None and self._clock >= deadline:
             following = (
                 self._words[self._tok_word[u - self._tok_base] - self._word_base]
                 for u in range(t + 1, n_tokens)
             )
             j = self.policy.lookahead_at(deadline, following)
+        elif after >= self._k:
+            j = self._k
+        elif flush:
+            j = after
         else:
             return None
+        if j == self._k:  # the full lookahead: the incremental window has it
+            block = t // self.model.cfg.block
+            return int(self._windows[block].logits(t - self._window_start(block)).argmax())
         return int(window_logits(self.model, self._ids, t, j, base=self._tok_base).argmax())
 
     def _advance(self, now: float | None, flush: bool = False) -> list[PunctEvent]:
@@ -323,7 +329,6 @@ class PunctStream:
             drop = keep_from - self._tok_base
             del self._ids[:drop], self._tok_word[:drop], self._tok_label[:drop]
             self._tok_base = keep_from
-        first_needed = min(self._final_words, self._tok_word[0] if self._tok_word else self._final_words)
-        if first_needed - self._word_base > 256:
-            del self._words[: first_needed - self._word_base]
-            self._word_base = first_needed
+        if self._final_words - self._word_base > 256:  # only words not final are read again
+            del self._words[: self._final_words - self._word_base]
+            self._word_base = self._final_words

@@ -119,6 +119,8 @@ def test_bad_messages_are_answered_and_lose_nothing(server, shipped):
         {"type": "tick"},
         {"type": "config", "lookahead": 1},
         b"\x00\x01",
+        '{"type": "tick", "now": 1' + "0" * 400 + "}",
+        '{"type": "words", "words": [{"text": "x", "end": ' + "9" * 5000 + "}]}",
         {"type": "words", "words": WORDS[5:]},
     ]
     replies = asyncio.run(talk(server, messages, lookahead=0))
@@ -132,6 +134,8 @@ def test_bad_messages_are_answered_and_lose_nothing(server, shipped):
         "bad_message",
         "bad_state",
         "bad_message",
+        "bad_message",
+        "bad_json",
     ]
     assert all(r["message"] for r in replies if r["type"] == "error")
     assert finals(replies) == shipped.predict(WORDS, lookahead=0)

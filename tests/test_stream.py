@@ -126,6 +126,38 @@ def test_revision_of_a_word_split_across_blocks(tiny):
     assert [finals[i] for i in range(len(revised))] == tiny.predict(revised, lookahead=2)
 
 
+@pytest.mark.parametrize("replacement", [[], ["--"], ["..."]])
+def test_revision_that_only_deletes(tiny, replacement):
+    s = tiny.stream(lookahead=2)
+    finals: dict[int, str] = {}
+    check_events(s.push("so we went to the market and".split()), finals)
+    check_events(s.revise(5, replacement), finals)
+    check_events(s.finish(), finals)
+    words = "so we went to the".split() + replacement
+    assert [finals[i] for i in range(len(words))] == tiny.predict(words, lookahead=2)
+
+
+def test_time_limits_do_not_depend_on_when_ticks_come(tiny):
+    """A word past its deadline is decided with the words ended by then, ticked or not."""
+    words = [Word("so", 0.0, 1.0), Word("we", 1.0, 1.2), Word("left", 1.6, 2.0), Word("then", 2.1, 2.3)]
+    runs = []
+    for ticks in ([], [1.5], [1.5, 1.9]):
+        s = tiny.stream(lookahead=2, max_delay_ms=500)
+        finals: dict[int, str] = {}
+        check_events(s.push(words[:2]), finals)
+        for t in ticks:
+            check_events(s.tick(t), finals)
+        check_events(s.push(words[2:]), finals)
+        check_events(s.finish(), finals)
+        runs.append(finals)
+    assert runs[0] == runs[1] == runs[2]
+    ids = tiny.pieces.encode(["so", "we", "left", "then"])
+    # "so" (deadline 1.5 s): only "we" had ended by then: decided with a lookahead of 1
+    assert (
+        runs[0][0] == ["O", "COMMA", "PERIOD", "QUESTION"][int(window_logits(tiny.model, ids, 0, 1).argmax())]
+    )
+
+
 def test_final_words_cannot_be_revised(tiny):
     s = tiny.stream(lookahead=0)
     s.push(["a", "b", "c"])
