@@ -48,7 +48,13 @@ class Captioner:
         return lines
 
     def flush(self) -> list[Caption]:
-        return [self._close()] if self._line else []
+        """The end of speech: the last line closes, and ends its sentence if no mark did."""
+        if not self._line:
+            return []
+        word, label = self._line[-1]
+        if label in ("O", "COMMA"):
+            self._line[-1] = (word, "PERIOD")
+        return [self._close()]
 
     def _close(self) -> Caption:
         raw = [w.text for w, _ in self._line]

@@ -104,7 +104,8 @@ def test_file_client_writes_subtitles(asr_server, speech, tmp_path):
     vtt = (tmp_path / "talk.vtt").read_text()
     assert srt.startswith("1\n00:00:0") and " --> " in srt
     assert vtt.startswith("WEBVTT\n\n00:00:0")
-    check_transcript([line for line in out.stdout.splitlines() if line.strip()])
+    lines = [line.split("] ", 1)[1] for line in out.stdout.splitlines() if "] " in line]  # "[  0.00s] text"
+    check_transcript(lines)
 
 
 @needs_espeak
