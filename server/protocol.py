@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from streampunct import StreamPunctError
+from streampunct.asr import SAMPLE_RATE
 from streampunct.punctuator import MAX_LOOKAHEAD
 from streampunct.stream import PunctEvent, Word
 
 VERSION = 1
 MAX_WORDS_PER_MESSAGE = 1000
-SAMPLE_RATE = 16000
 
 
 class ProtocolError(StreamPunctError):

@@ -31,7 +31,7 @@ from .incremental import WindowState
 from .model import PunctModel
 from .pieces import WordPieces
 from .punctuator import MAX_LOOKAHEAD, window_logits
-from .text import LABELS, normalize
+from .text import LABELS, MARKS, normalize
 
 __all__ = ["Word", "PunctEvent", "Lookahead", "PunctStream"]
 
@@ -70,7 +70,7 @@ class PunctEvent:
 
     @property
     def mark(self) -> str:
-        return {"O": "", "COMMA": ",", "PERIOD": ".", "QUESTION": "?"}[self.label]
+        return MARKS[self.label]
 
 
 @dataclass(frozen=True)

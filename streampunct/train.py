@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -275,8 +274,3 @@ def train(cfg: TrainConfig) -> Path:
     bar.close()
     save_state()
     return out / "best"
-
-
-def steps_for_epochs(corpus_words: int, window: int, batch: int, epochs: float) -> int:
-    """SBS draws |S| / L windows an epoch."""
-    return math.ceil(epochs * corpus_words / window / batch)
