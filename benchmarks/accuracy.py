@@ -83,11 +83,15 @@ def table(rows: list[dict], payload: dict) -> str:
     )
     t = payload.get("training")
     if t:
-        lines.append(
-            f"Training: {t['steps']:,} steps, {t['seen_tokens'] / 1e6:.1f} M word pieces seen, "
-            f"{t['train_seconds'] / 3600:.1f} h on {t['machine']}; best dev2012 (first {t['dev_words']:,} words) "
-            f"micro-F1 {t['dev_f1_k2']:.1f} at k=2, {t['dev_f1_offline']:.1f} offline."
-        )
+        lines.append("")
+        for i, stage in enumerate(t.get("stages", [t]), 1):
+            lines.append(
+                f"- Training stage {i}: from {stage.get('start', 'the encoder')}, {stage['steps']:,} steps of "
+                f"{stage['config']['batch']} windows, {stage['seen_tokens'] / 1e6:.1f} M word pieces, "
+                f"{stage['train_seconds'] / 60:.0f} min on {stage['machine']}; dev2012 (first "
+                f"{stage['dev_words']:,} words) micro-F1 {stage['dev_f1_k2']:.1f} at k=2, "
+                f"{stage['dev_f1_offline']:.1f} offline."
+            )
     return "\n".join(lines)
 
 

@@ -65,11 +65,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--words", type=int, default=2000, help="timed pushes per lookahead")
     ap.add_argument("--hour", type=int, default=36000, help="words pushed for the memory check")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda; cuda writes stream_latency_cuda.json")
     ap.add_argument("--readme", action="store_true")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
-    p = Punctuator.load(args.model, device="cpu")
+    p = Punctuator.load(args.model, device=args.device)
     words, _ = read_iwslt(args.data)
     sample = words[: args.words]
     time_pushes(p, sample[:200], 2)  # warm-up
@@ -111,6 +112,7 @@ def main() -> None:
     one_core = statistics.fmean(time_pushes(p, sample[:1000], 2))
     payload = {
         "machine": machine(),
+        "device": str(p.device),
         "threads": args.threads,
         "per_push": rows,
         "memory_mb": {
@@ -123,9 +125,10 @@ def main() -> None:
         "one_core_mean_push_ms_k2": 1000 * one_core,
         "streams_per_core_at_3_words_per_s": int(1 / (3 * one_core)),
     }
-    print(f"wrote {write_json('stream_latency.json', payload)}")
+    name = "stream_latency.json" if p.device.type == "cpu" else f"stream_latency_{p.device.type}.json"
+    print(f"wrote {write_json(name, payload)}")
     if args.readme:
-        update_readme("stream", table(payload))
+        update_readme("stream" if p.device.type == "cpu" else f"stream-{p.device.type}", table(payload))
 
 
 def table(payload: dict) -> str:
@@ -141,14 +144,21 @@ def table(payload: dict) -> str:
         )
     mem = payload["memory_mb"]
     keys = [k for k in mem if k.isdigit()]
+    on_cpu = payload.get("device", "cpu") == "cpu"
+    one = payload["one_core_mean_push_ms_k2"]
     lines += [
         "",
         f"Memory (resident set of the whole process): {mem[keys[0]]:.0f} MB after {int(keys[0]):,} words, "
         f"{mem[keys[1]]:.0f} MB after {int(keys[1]):,} words ({mem['growth_pct']:+.1f} %). "
-        f"One core at k=2: {payload['one_core_mean_push_ms_k2']:.2f} ms a word, so about "
-        f"{payload['streams_per_core_at_3_words_per_s']} streams of 3 words a second per core (compute only).",
-        f"Measured {m['date']} on {m['cpu']} ({m['cores']} cores, {payload['threads']} torch threads), "
-        "`python benchmarks/stream_latency.py --data ../shared/data/iwslt/test2011`.",
+        + (
+            f"One core at k=2: {one:.2f} ms a word, so about {payload['streams_per_core_at_3_words_per_s']} "
+            "streams of 3 words a second per core (compute only)."
+            if on_cpu
+            else f"One stream, one torch thread driving the GPU, k=2: {one:.2f} ms a word."
+        ),
+        f"Measured {m['date']} on {m['cpu'] if on_cpu else m['gpu']} ({m['cores']} CPU cores, "
+        f"{payload['threads']} torch threads), `python benchmarks/stream_latency.py --data "
+        f"../shared/data/iwslt/test2011{'' if on_cpu else ' --device cuda'}`.",
     ]
     return "\n".join(lines)
 

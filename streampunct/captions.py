@@ -1,4 +1,4 @@
-"""Caption lines from final punctuation: one line per sentence, with times, and SRT/WebVTT."""
+"""Caption lines from final punctuation, short enough to read live, with times; SRT and WebVTT."""
 
 from __future__ import annotations
 
@@ -21,14 +21,24 @@ class Caption:
 
 
 class Captioner:
-    """Collects final events in order; a PERIOD or QUESTION closes a caption line."""
+    """Collects final events in order and cuts them into caption lines.
 
-    def __init__(self, max_words: int = 40):
-        self.max_words = max_words  # a line this long is closed even without a sentence end
+    A line closes at a sentence end (PERIOD or QUESTION), at a COMMA once the line holds
+    ``comma_chars`` characters, and otherwise once it holds ``line_chars`` characters: about the
+    32 to 42 characters of a broadcast caption line, so that a word waits for a few words after
+    it, not for the end of its sentence. ``line_chars=None`` gives one line per sentence.
+    """
+
+    def __init__(self, line_chars: int | None = 32, comma_chars: int = 16, max_words: int = 40):
+        self.line_chars = line_chars
+        self.comma_chars = comma_chars
+        self.max_words = max_words  # a line this long is closed whatever else
         self.words: dict[int, Word] = {}
         self._line: list[tuple[Word, str]] = []
+        self._chars = 0
         self._first = 0
         self._previous: str | None = None
+        self._sentence_start = True
 
     def add_words(self, first_index: int, words: Sequence[Word]) -> None:
         """Word times, by stream index (from the recogniser)."""
@@ -42,8 +52,10 @@ class Captioner:
                 continue
             if not self._line:
                 self._first = e.index
-            self._line.append((self.words.pop(e.index, Word(e.word)), e.label))
-            if e.label in ("PERIOD", "QUESTION") or len(self._line) >= self.max_words:
+            word = self.words.pop(e.index, Word(e.word))
+            self._line.append((word, e.label))
+            self._chars += len(word.text.strip()) + (1 if len(self._line) > 1 else 0)
+            if self._closes(e.label):
                 lines.append(self._close())
         return lines
 
@@ -56,14 +68,24 @@ class Captioner:
             self._line[-1] = (word, "PERIOD")
         return [self._close()]
 
+    def _closes(self, label: str) -> bool:
+        if label in ("PERIOD", "QUESTION") or len(self._line) >= self.max_words:
+            return True
+        if self.line_chars is None:
+            return False
+        return self._chars >= self.line_chars or (label == "COMMA" and self._chars >= self.comma_chars)
+
     def _close(self) -> Caption:
         raw = [w.text for w, _ in self._line]
-        text = caption_text(raw, [label for _, label in self._line], self._previous)
+        labels = [label for _, label in self._line]
+        text = caption_text(raw, labels, self._previous, self._sentence_start)
         caption = Caption(
             text, self._line[0][0].start, self._line[-1][0].end, self._first, self._first + len(raw) - 1
         )
         self._previous = raw[-1]
+        self._sentence_start = labels[-1] in ("PERIOD", "QUESTION")
         self._line = []
+        self._chars = 0
         return caption
 
 

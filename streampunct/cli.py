@@ -151,6 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=_train_default("warmup"))
     p.add_argument("--max-steps", type=int, default=_train_default("max_steps"))
     p.add_argument(
+        "--max-minutes",
+        type=float,
+        default=_train_default("max_minutes"),
+        help="also end after this many minutes of training steps; the learning rate decays to zero "
+        "at whichever end comes first (default: no time limit)",
+    )
+    p.add_argument(
         "--noise", type=float, default=_train_default("noise"), help="ASR-noise rate of each of dup/sub/del"
     )
     p.add_argument("--eval-every", type=int, default=_train_default("eval_every"))
@@ -162,6 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=_train_default("threads"),
         help="torch CPU threads (0: torch's default)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=_train_default("workers"),
+        help="processes that make batches, for fast GPUs (default 0: exactly resumable)",
     )
     p.add_argument("--device", default="auto")
     p.set_defaults(run=cmd_train)

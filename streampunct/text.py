@@ -122,8 +122,12 @@ def _cased(token: str, sentence_start: bool) -> str:
     return token
 
 
-def render(tokens: Sequence[str], labels: Sequence[str]) -> str:
-    """Readable text: marks after words, sentence-initial capitals, ``i`` as ``I``, clitics re-joined."""
+def render(tokens: Sequence[str], labels: Sequence[str], sentence_start: bool = True) -> str:
+    """Readable text: marks after words, sentence-initial capitals, ``i`` as ``I``, clitics re-joined.
+
+    ``sentence_start=False``: the text continues a sentence (a caption line broken at a comma), so
+    its first word keeps its case.
+    """
     if len(tokens) != len(labels):
         raise ValueError(f"{len(tokens)} tokens but {len(labels)} labels")
     words: list[list[str]] = []  # [surface, label] per rendered word
@@ -134,8 +138,8 @@ def render(tokens: Sequence[str], labels: Sequence[str]) -> str:
             if label != "O" or head[1] == "O":  # a mark between word and clitic moves after it
                 head[1] = label
             continue
-        sentence_start = not words or words[-1][1] in ("PERIOD", "QUESTION")
-        words.append([_cased(token, sentence_start), label])
+        starts = words[-1][1] in ("PERIOD", "QUESTION") if words else sentence_start
+        words.append([_cased(token, starts), label])
     out = []
     for surface, label in words:
         mark = MARKS[label]
@@ -145,12 +149,15 @@ def render(tokens: Sequence[str], labels: Sequence[str]) -> str:
     return " ".join(out)
 
 
-def caption_text(raw: Sequence[str], labels: Sequence[str], previous: str | None = None) -> str:
+def caption_text(
+    raw: Sequence[str], labels: Sequence[str], previous: str | None = None, sentence_start: bool = True
+) -> str:
     """Render a recogniser's own words (keeping their casing) with streampunct's marks.
 
     The recogniser's punctuation is dropped. A capital it wrote only because it began a sentence
     of its own (after its own ``.?!``, or at the stream's start: ``previous`` is the raw word
     before ``raw[0]``, None at the start) is lowered; other capitals (names) stay.
+    ``sentence_start``: whether ``raw[0]`` begins one of streampunct's sentences.
     """
     if len(raw) != len(labels):
         raise ValueError(f"{len(raw)} words but {len(labels)} labels")
@@ -168,7 +175,7 @@ def caption_text(raw: Sequence[str], labels: Sequence[str], previous: str | None
         if surface:
             tokens.append(surface)
             token_labels.append(label)
-    return render(tokens, token_labels)
+    return render(tokens, token_labels, sentence_start)
 
 
 def read_iwslt(path: str | Path) -> tuple[list[str], list[str]]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -24,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from .metrics import score
-from .model import PunctModel
+from .model import ModelConfig, PunctModel
 from .pieces import WordPieces, collate
 from .punctuator import label_tokens, resolve_device
 from .text import LABEL_ID, LABELS, normalize_labeled, read_iwslt
@@ -47,6 +48,7 @@ class TrainConfig:
     lr: float = 1.5e-4
     warmup: int = 200
     max_steps: int = 2800
+    max_minutes: float = 0.0  # also stop after this much training time (0: no limit)
     noise: float = 0.05
     eval_every: int = 350
     dev_words: int = 20000
@@ -54,6 +56,7 @@ class TrainConfig:
     seed: int = 1
     device: str = "auto"
     threads: int = 0
+    workers: int = 0  # processes making batches (0: in the training loop, exactly resumable)
 
 
 class Corpus:
@@ -95,6 +98,39 @@ class Corpus:
         return out_w, out_l
 
 
+Batch = tuple[int | None, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def make_batches(
+    corpus: Corpus, cfg: TrainConfig, model_cfg: ModelConfig, rng: np.random.Generator
+) -> Iterator[Batch]:
+    """Endless training batches: (lookahead, input_ids, word_pos, word_ends, target)."""
+    while True:
+        k = LOOKAHEAD_CHOICES[int(rng.integers(len(LOOKAHEAD_CHOICES)))]
+        windows = [corpus.sample(rng, cfg.window, cfg.noise) for _ in range(cfg.batch)]
+        input_ids, word_pos, word_ends = collate(
+            [[corpus.type_pieces[w] for w in ws] for ws, _ in windows], model_cfg
+        )
+        target = torch.full((cfg.batch, word_ends.shape[1]), -100, dtype=torch.long)
+        cut = OFFLINE_LOSS_CUT if k is None else k
+        for b, (_, labs) in enumerate(windows):
+            n = len(labs) - cut
+            target[b, :n] = torch.tensor(labs[:n])
+        yield k, input_ids, word_pos, word_ends, target
+
+
+class Batches(torch.utils.data.IterableDataset):
+    """:func:`make_batches` in DataLoader workers, each with its own seed (for GPU training)."""
+
+    def __init__(self, corpus: Corpus, cfg: TrainConfig, model_cfg: ModelConfig, seed: tuple[int, ...]):
+        self.corpus, self.cfg, self.model_cfg, self.seed = corpus, cfg, model_cfg, seed
+
+    def __iter__(self) -> Iterator[Batch]:
+        info = torch.utils.data.get_worker_info()
+        rng = np.random.default_rng((*self.seed, info.id if info else 0))
+        return make_batches(self.corpus, self.cfg, self.model_cfg, rng)
+
+
 def evaluate_tokens(
     model: PunctModel, pieces: WordPieces, tokens: list[str], labels: list[str], k: int | None
 ) -> float:
@@ -103,10 +139,19 @@ def evaluate_tokens(
     return score(labels, [LABELS[i] for i in pred]).micro_f1
 
 
-def _lr_factor(step: int, cfg: TrainConfig) -> float:
+def progress(step: int, train_seconds: float, cfg: TrainConfig) -> float:
+    """How far the run is towards its end, 0 to 1: steps or minutes, whichever ends it first."""
+    done = step / cfg.max_steps
+    if cfg.max_minutes > 0:
+        done = max(done, train_seconds / (60 * cfg.max_minutes))
+    return min(1.0, done)
+
+
+def lr_factor(step: int, done: float, cfg: TrainConfig) -> float:
+    """Linear warm-up over ``warmup`` steps, then linear decay to zero at the end of the run."""
     if step < cfg.warmup:
         return (step + 1) / cfg.warmup
-    return max(0.0, (cfg.max_steps - step) / max(1, cfg.max_steps - cfg.warmup))
+    return max(0.0, 1.0 - done)
 
 
 def describe_device(device: torch.device) -> str:
@@ -172,7 +217,8 @@ def train(cfg: TrainConfig) -> Path:
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr
     )
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, cfg))
+    # bf16 autocast on CUDA: master weights and optimizer stay fp32; the CPU path is plain fp32
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
 
     step, best, bad_evals, seen_tokens, train_seconds = 0, -1.0, 0, 0, 0.0
     state_path = out / "last.pt"
@@ -180,7 +226,6 @@ def train(cfg: TrainConfig) -> Path:
         state = torch.load(state_path, map_location=device, weights_only=False)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
-        sched.load_state_dict(state["sched"])
         rng.bit_generator.state = state["rng"]
         torch.set_rng_state(state["torch_rng"])
         step, best, bad_evals = state["step"], state["best"], state["bad_evals"]
@@ -193,7 +238,6 @@ def train(cfg: TrainConfig) -> Path:
             {
                 "model": model.state_dict(),
                 "opt": opt.state_dict(),
-                "sched": sched.state_dict(),
                 "rng": rng.bit_generator.state,
                 "torch_rng": torch.get_rng_state(),
                 "step": step,
@@ -207,42 +251,47 @@ def train(cfg: TrainConfig) -> Path:
         )
         tmp.replace(state_path)
 
+    if cfg.workers:  # worker processes make batches; a resumed run re-seeds them from its step
+        loader = torch.utils.data.DataLoader(
+            Batches(corpus, cfg, model.cfg, seed=(cfg.seed, step)),
+            batch_size=None,
+            num_workers=cfg.workers,
+            prefetch_factor=8,
+            persistent_workers=True,
+        )
+        batches = iter(loader)
+    else:  # made here from the run's own generator: a resumed run continues exactly
+        batches = make_batches(corpus, cfg, model.cfg, rng)
     history = (out / "history.jsonl").open("a")
     bar = tqdm(total=cfg.max_steps, initial=step, dynamic_ncols=True, mininterval=5)
     loss_avg = None
-    while step < cfg.max_steps:
+    while progress(step, train_seconds, cfg) < 1.0:
         model.train()
         t_step = time.time()
-        k = LOOKAHEAD_CHOICES[int(rng.integers(len(LOOKAHEAD_CHOICES)))]
-        windows = [corpus.sample(rng, cfg.window, cfg.noise) for _ in range(cfg.batch)]
-        input_ids, word_pos, word_ends = collate(
-            [[corpus.type_pieces[w] for w in ws] for ws, _ in windows], model.cfg
-        )
-        W = word_ends.shape[1]
-        target = torch.full((cfg.batch, W), -100, dtype=torch.long)
-        cut = OFFLINE_LOSS_CUT if k is None else k
-        for b, (_, labs) in enumerate(windows):
-            n = len(labs) - cut
-            target[b, :n] = torch.tensor(labs[:n])
-        logits = model(input_ids.to(device), word_pos.to(device), word_ends.to(device), k)
+        lr = cfg.lr * lr_factor(step, progress(step, train_seconds, cfg), cfg)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        k, input_ids, word_pos, word_ends, target = next(batches)
+        with autocast:
+            logits = model(input_ids.to(device), word_pos.to(device), word_ends.to(device), k)
         loss = F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), target.to(device).reshape(-1), ignore_index=-100
+            logits.float().reshape(-1, logits.shape[-1]), target.to(device).reshape(-1), ignore_index=-100
         )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        sched.step()
         step += 1
         n_tok = int((input_ids != model.cfg.pad_id).sum())
         seen_tokens += n_tok
+        loss_value = loss.item()  # waits for the step: dt is the step's real time
         dt = time.time() - t_step
         train_seconds += dt
-        loss_avg = loss.item() if loss_avg is None else 0.98 * loss_avg + 0.02 * loss.item()
+        loss_avg = loss_value if loss_avg is None else 0.98 * loss_avg + 0.02 * loss_value
         bar.update(1)
-        bar.set_postfix(loss=f"{loss_avg:.3f}", tok_s=f"{n_tok / dt:.0f}", lr=f"{sched.get_last_lr()[0]:.1e}")
+        bar.set_postfix(loss=f"{loss_avg:.3f}", tok_s=f"{n_tok / dt:.0f}", lr=f"{lr:.1e}")
 
-        if step % cfg.eval_every == 0 or step == cfg.max_steps:
+        if step % cfg.eval_every == 0 or progress(step, train_seconds, cfg) >= 1.0:
             f_k2 = evaluate_tokens(model, pieces, dev_tokens, dev_labels, 2)
             f_off = evaluate_tokens(model, pieces, dev_tokens, dev_labels, None)
             metric = (f_k2 + f_off) / 2

@@ -1,0 +1,86 @@
+"""Caption lines: where they break, how they are cased, and the subtitle files written from them."""
+
+from streampunct.captions import Captioner, to_srt, to_vtt
+from streampunct.stream import PunctEvent, Word
+from streampunct.text import render
+
+TALK = [
+    ("So", "COMMA"),
+    ("when", "O"),
+    ("we", "O"),
+    ("went", "O"),
+    ("to", "O"),
+    ("Boston", "O"),
+    ("last", "O"),
+    ("year", "COMMA"),
+    ("we", "O"),
+    ("met", "O"),
+    ("a", "O"),
+    ("lot", "O"),
+    ("of", "O"),
+    ("people", "O"),
+    ("who", "O"),
+    ("had", "O"),
+    ("never", "O"),
+    ("seen", "O"),
+    ("the", "O"),
+    ("sea", "PERIOD"),
+    ("Did", "O"),
+    ("you", "QUESTION"),
+]
+
+
+def captions_of(captioner: Captioner) -> list:
+    captioner.add_words(0, [Word(w, start=i * 0.4, end=i * 0.4 + 0.3) for i, (w, _) in enumerate(TALK)])
+    events = [PunctEvent(i, w, label, True) for i, (w, label) in enumerate(TALK)]
+    return captioner.add(events) + captioner.flush()
+
+
+def test_lines_break_at_commas_and_length_not_only_at_sentence_ends():
+    lines = captions_of(Captioner())
+    texts = [c.text for c in lines]
+    assert " ".join(texts) == (
+        "So, when we went to Boston last year, we met a lot of people who had never seen the sea. Did you?"
+    )
+    assert len(lines) > 2  # two sentences, more lines
+    assert all(len(t) <= 48 for t in texts), texts
+    # a line that continues a sentence keeps its first word lower case; names keep their capital
+    continuing = [t for t in texts[1:] if not texts[texts.index(t) - 1].endswith((".", "?"))]
+    assert continuing and all(t[0].islower() for t in continuing), texts
+    assert "Boston" in " ".join(texts)
+    # every word once, in order, with the times of its first and last word
+    assert [c.first for c in lines] == [0] + [c.last + 1 for c in lines[:-1]]
+    assert lines[-1].last == len(TALK) - 1
+    assert all(c.start == c.first * 0.4 and c.end == c.last * 0.4 + 0.3 for c in lines)
+
+
+def test_one_line_per_sentence_when_asked():
+    texts = [c.text for c in captions_of(Captioner(line_chars=None))]
+    assert texts == [
+        "So, when we went to Boston last year, we met a lot of people who had never seen the sea.",
+        "Did you?",
+    ]
+
+
+def test_flush_ends_an_unfinished_sentence():
+    c = Captioner(line_chars=None)
+    c.add(
+        [PunctEvent(0, "thank", "O", True), PunctEvent(1, "you", "O", True), PunctEvent(2, "all", "O", False)]
+    )
+    assert [x.text for x in c.flush()] == ["Thank you."]
+    assert c.flush() == []
+
+
+def test_render_can_continue_a_sentence():
+    assert render(["we", "met", "i", "think"], ["O", "COMMA", "O", "PERIOD"], sentence_start=False) == (
+        "we met, I think."
+    )
+    assert render(["we", "met"], ["O", "PERIOD"]) == "We met."
+
+
+def test_subtitle_files():
+    lines = captions_of(Captioner())
+    srt, vtt = to_srt(lines), to_vtt(lines)
+    assert srt.startswith("1\n00:00:00,000 --> ") and srt.count(" --> ") == len(lines)
+    assert vtt.startswith("WEBVTT\n\n00:00:00.000 --> ") and vtt.count(" --> ") == len(lines)
+    assert lines[0].text in srt and lines[-1].text in vtt
