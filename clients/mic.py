@@ -2,8 +2,8 @@
 
     python -m clients.mic [--url ws://127.0.0.1:8765] [--lookahead 2] [--out captions]
 
-Speak; the line being spoken shows dim (provisional words), and each sentence turns bright once its
-punctuation is final. Ctrl-C ends the stream: the server finalises what was said, and
+Speak; the line being spoken shows dim (provisional words), and each caption line turns bright once
+its punctuation is final. Ctrl-C ends the stream: the server finalises what was said, and
 ``OUT.srt`` and ``OUT.vtt`` (default ``captions``) are written.
 Needs sounddevice and PortAudio (``pip install sounddevice``; Debian: ``apt install libportaudio2``).
 """

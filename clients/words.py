@@ -45,7 +45,7 @@ def to_message(line: str, n: int) -> dict[str, Any]:
 
 
 async def receive(ws: Any, out: Any) -> None:
-    captioner = Captioner()
+    captioner = Captioner(line_chars=None)  # whole sentences: this is text, not live captions
     async for raw in ws:
         msg = json.loads(raw)
         if msg["type"] == "events":

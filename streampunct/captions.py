@@ -23,19 +23,25 @@ class Caption:
 class Captioner:
     """Collects final events in order and cuts them into caption lines.
 
-    A line closes at a sentence end (PERIOD or QUESTION), at a COMMA once the line holds
-    ``comma_chars`` characters, and otherwise once it holds ``line_chars`` characters: about the
-    32 to 42 characters of a broadcast caption line, so that a word waits for a few words after
-    it, not for the end of its sentence. ``line_chars=None`` gives one line per sentence.
+    A line closes at a sentence end (PERIOD or QUESTION) and at a COMMA once it holds
+    ``comma_chars`` characters. Once it holds ``line_chars`` characters it closes before the next
+    word, unless that word carries a mark and still fits in ``max_chars`` (a broadcast caption
+    line is at most 42): then after it, so that no line is left one word short of its sentence.
+    A word thus waits for a few words after it, not for the end of its sentence.
+    ``line_chars=None`` gives one line per sentence.
     """
 
-    def __init__(self, line_chars: int | None = 32, comma_chars: int = 16, max_words: int = 40):
+    def __init__(
+        self, line_chars: int | None = 32, max_chars: int = 42, comma_chars: int = 16, max_words: int = 40
+    ):
         self.line_chars = line_chars
+        self.max_chars = max_chars
         self.comma_chars = comma_chars
         self.max_words = max_words  # a line this long is closed whatever else
         self.words: dict[int, Word] = {}
         self._line: list[tuple[Word, str]] = []
         self._chars = 0
+        self._full = False  # reached line_chars: closes before or after the next word
         self._first = 0
         self._previous: str | None = None
         self._sentence_start = True
@@ -50,13 +56,18 @@ class Captioner:
         for e in events:
             if not e.final:
                 continue
+            word = self.words.pop(e.index, Word(e.word))
+            width = len(word.text.strip())
+            if self._full and not (e.label != "O" and self._chars + 1 + width <= self.max_chars):
+                lines.append(self._close())  # this word begins the next line
             if not self._line:
                 self._first = e.index
-            word = self.words.pop(e.index, Word(e.word))
             self._line.append((word, e.label))
-            self._chars += len(word.text.strip()) + (1 if len(self._line) > 1 else 0)
+            self._chars += width + (1 if len(self._line) > 1 else 0)
             if self._closes(e.label):
                 lines.append(self._close())
+            else:
+                self._full = self.line_chars is not None and self._chars >= self.line_chars
         return lines
 
     def flush(self) -> list[Caption]:
@@ -71,9 +82,7 @@ class Captioner:
     def _closes(self, label: str) -> bool:
         if label in ("PERIOD", "QUESTION") or len(self._line) >= self.max_words:
             return True
-        if self.line_chars is None:
-            return False
-        return self._chars >= self.line_chars or (label == "COMMA" and self._chars >= self.comma_chars)
+        return self.line_chars is not None and label == "COMMA" and self._chars >= self.comma_chars
 
     def _close(self) -> Caption:
         raw = [w.text for w, _ in self._line]
@@ -86,6 +95,7 @@ class Captioner:
         self._sentence_start = labels[-1] in ("PERIOD", "QUESTION")
         self._line = []
         self._chars = 0
+        self._full = False
         return caption
 
 

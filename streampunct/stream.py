@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .errors import InputError
-from .incremental import WindowState
+from .incremental import WindowState, compute_many
 from .model import PunctModel
 from .pieces import WordPieces
 from .punctuator import MAX_LOOKAHEAD, window_logits
@@ -272,6 +272,9 @@ class PunctStream:
     def _advance(self, now: float | None, flush: bool = False) -> list[PunctEvent]:
         if now is not None:
             self._clock = max(self._clock, now)
+        # Every open window in one pass: the next block's window, which fills during this one,
+        # is computed a word at a time instead of all at once when its block begins.
+        compute_many(self._open_windows())
         n_tokens = self._tok_base + len(self._ids)
         while self._final_tokens < n_tokens:
             label = self._decide(self._final_tokens, flush)

@@ -1,6 +1,8 @@
 """End to end with the real parts: espeak-ng speech, a real `streampunct serve`, Whisper tiny.en,
-the shipped punctuator; and the browser caption page in headless Chromium with a fake microphone
-fed from the same speech. `.ci/run` installs espeak-ng and chromium from Debian."""
+the shipped punctuator; the file and mic clients; and the browser caption page in headless
+Chromium. The microphones are fed from the same speech: Chromium's fake capture device, and for the
+mic client a stand-in sound card (`tests/fake_mic/sounddevice.py`). `.ci/run` installs espeak-ng
+and chromium from Debian."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -106,6 +110,40 @@ def test_file_client_writes_subtitles(asr_server, speech, tmp_path):
     assert vtt.startswith("WEBVTT\n\n00:00:0")
     lines = [line.split("] ", 1)[1] for line in out.stdout.splitlines() if "] " in line]  # "[  0.00s] text"
     check_transcript(lines)
+
+
+@needs_espeak
+def test_mic_client_captions_live_speech(asr_server, speech, tmp_path):
+    import numpy as np
+
+    from clients.mic import BRIGHT, DIM
+
+    audio = load_audio(str(speech))
+    pcm = tmp_path / "speech.pcm"
+    (np.clip(audio, -1, 1) * 32767).astype("<i2").tofile(pcm)
+    root = Path(__file__).parent.parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root / "tests" / "fake_mic"), str(root)]),
+        "FAKE_MIC_PCM": str(pcm),
+    }
+    mic = subprocess.Popen(
+        [sys.executable, "-m", "clients.mic", "--url", asr_server, "--out", str(tmp_path / "live")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=root,
+    )
+    time.sleep(len(audio) / 16000 + 6)  # the speech in real time, then a little silence
+    mic.send_signal(signal.SIGINT)  # Ctrl-C: the stream ends, the subtitles are written
+    out, err = mic.communicate(timeout=120)
+    assert mic.returncode == 0, err
+    assert DIM in out and BRIGHT in out  # provisional words dim, final captions bright
+    srt = (tmp_path / "live.srt").read_text()
+    assert srt.startswith("1\n00:00:0") and (tmp_path / "live.vtt").read_text().startswith("WEBVTT")
+    cues = [b.split("\n", 2)[2].strip() for b in srt.strip().split("\n\n")]
+    check_transcript(cues)
 
 
 @needs_espeak

