@@ -14,7 +14,7 @@ the model with :meth:`PunctModel.load`.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import torch
@@ -44,6 +44,11 @@ class ModelConfig:
     max_pieces: int = 3  # word pieces kept per word, so a window always fits max_positions
     cls_id: int = 101
     pad_id: int = 0
+    # POS fusion (Shi et al. 2021, §2.1): each word's last hidden state is concatenated with the
+    # embedding of its POS tag, and one more layer over the words fuses them. 0 tags: no fusion.
+    n_tags: int = 0
+    pos_dim: int = 512  # the tagger's softmax weights are (n_tags, 512)
+    fusion_heads: int = 8
 
 
 def layer_lookaheads(lookahead: int | None, n_layer: int) -> list[int | None]:
@@ -127,14 +132,20 @@ class PunctModel(nn.Module):
         self.ln_emb = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
         self.drop = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.n_layer))
-        self.head = nn.Linear(cfg.n_embd, cfg.n_labels)
+        width = cfg.n_embd
+        if cfg.n_tags:
+            width += cfg.pos_dim
+            self.tag_emb = nn.Embedding(cfg.n_tags, cfg.pos_dim)
+            self.fusion = Layer(replace(cfg, n_embd=width, n_head=cfg.fusion_heads, n_inner=2 * width))
+        self.head = nn.Linear(width, cfg.n_labels)
 
     def forward(
         self,
         input_ids: torch.Tensor,  # (B, T) word-piece ids, [CLS] first, padded with pad_id
         word_pos: torch.Tensor,  # (B, T) word index in the window per token; -1 for [CLS]
-        word_ends: torch.Tensor,  # (B, W) position of each word's last piece
+        word_ends: torch.Tensor,  # (B, W) position of each word's last piece; 0 pads
         lookahead: int | None,
+        tags: torch.Tensor | None = None,  # (B, W) POS tag ids, for a model with n_tags
     ) -> torch.Tensor:
         B, T = input_ids.shape
         valid = input_ids != self.cfg.pad_id
@@ -148,7 +159,35 @@ class PunctModel(nn.Module):
                 masks[k] = attention_mask(word_pos, valid, k)
             x = layer(x, masks[k])
         h = torch.gather(x, 1, word_ends[..., None].expand(-1, -1, x.shape[-1]))  # (B, W, C)
+        if self.cfg.n_tags:
+            h = self.fuse(h, word_ends > 0, lookahead, tags)
         return self.head(self.drop(h))  # (B, W, n_labels)
+
+    def fuse(
+        self, h: torch.Tensor, valid: torch.Tensor, lookahead: int | None, tags: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Words' hidden states (B, W, C) and their POS tags -> fused states (B, W, C + pos_dim).
+
+        With a lookahead the fusion layer looks at earlier words only: a word's hidden state and
+        its tag each depend on words up to k after it, so the bound stays k. Offline it sees all.
+        """
+        if tags is None:
+            raise ValueError("this model fuses POS tags: give the words' tags")
+        z = torch.cat([h, self.tag_emb(tags)], dim=-1)
+        W = z.shape[1]
+        allowed = valid[:, None, :].expand(-1, W, -1)  # (B, W, W): key words that exist
+        if lookahead is not None:
+            allowed = allowed & torch.ones(W, W, dtype=torch.bool, device=z.device).tril()
+        return self.fusion(z, allowed[:, None])
+
+    @torch.no_grad()
+    def init_pos_embedding(self, weight: torch.Tensor) -> None:
+        """Start the POS embeddings from a tagger's softmax weights (n_tags, pos_dim)."""
+        if tuple(weight.shape) != tuple(self.tag_emb.weight.shape):
+            raise ValueError(
+                f"POS weights {tuple(weight.shape)} do not fit {tuple(self.tag_emb.weight.shape)}"
+            )
+        self.tag_emb.weight.copy_(weight)
 
     # --- checkpoints -------------------------------------------------------------------------
 
@@ -225,7 +264,8 @@ class PunctModel(nn.Module):
         nn.init.zeros_(model.head.bias)
         state["head.weight"] = model.head.weight.data
         state["head.bias"] = model.head.bias.data
-        model.load_state_dict(state)
+        fresh = {k: v for k, v in model.state_dict().items() if k.startswith(("tag_emb.", "fusion."))}
+        model.load_state_dict({**fresh, **state})
         return model
 
     def n_params(self) -> int:

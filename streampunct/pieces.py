@@ -17,7 +17,7 @@ import torch
 
 from .model import ModelConfig
 
-__all__ = ["Window", "plan_windows", "WordPieces", "collate"]
+__all__ = ["Window", "plan_windows", "WordPieces", "collate", "collate_tags"]
 
 
 @dataclass(frozen=True)
@@ -82,3 +82,11 @@ def collate(
     if T > cfg.max_positions:
         raise ValueError(f"window of {T} pieces exceeds {cfg.max_positions} positions")
     return input_ids, word_pos, word_ends
+
+
+def collate_tags(windows: Sequence[Sequence[int]]) -> torch.Tensor:
+    """POS tag ids of B windows' words -> (B, W), padded with 0 (padding words are never seen)."""
+    tags = torch.zeros((len(windows), max(len(w) for w in windows)), dtype=torch.long)
+    for b, w in enumerate(windows):
+        tags[b, : len(w)] = torch.tensor(list(w), dtype=torch.long)
+    return tags

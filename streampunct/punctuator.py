@@ -10,10 +10,11 @@ import torch
 
 from .errors import CheckpointError, InputError
 from .model import PunctModel
-from .pieces import WordPieces, collate, plan_windows
+from .pieces import WordPieces, collate, collate_tags, plan_windows
 from .text import LABELS, normalize_text, render
 
 if TYPE_CHECKING:
+    from .pos import Tagger
     from .stream import PunctStream
 
 __all__ = ["Punctuator", "DEFAULT_CHECKPOINT", "MAX_LOOKAHEAD", "resolve_device"]
@@ -37,20 +38,38 @@ def check_lookahead(lookahead: int | None) -> None:
         raise InputError(f"lookahead must be between 0 and {MAX_LOOKAHEAD} words, got {lookahead}")
 
 
+def _check_tags(model: PunctModel, tags: Sequence[int] | None, n: int) -> None:
+    if model.cfg.n_tags and (tags is None or len(tags) != n):
+        got = "none" if tags is None else len(tags)
+        raise InputError(
+            f"this checkpoint fuses POS tags: give one tag id per token ({n} tokens, {got} tags)"
+        )
+
+
 @torch.no_grad()
 def window_logits(
-    model: PunctModel, ids: Sequence[tuple[int, ...]], t: int, lookahead: int, base: int = 0
+    model: PunctModel,
+    ids: Sequence[tuple[int, ...]],
+    t: int,
+    lookahead: int,
+    base: int = 0,
+    tags: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """(n_labels,) logits of token ``t`` from its block's window, seeing ``lookahead`` tokens ahead.
 
-    ``ids[i]`` holds the pieces of token ``base + i``; tokens up to ``t + lookahead`` must be there.
+    ``ids[i]`` (and ``tags[i]``, for a POS-fused model) belong to token ``base + i``; tokens up to
+    ``t + lookahead`` must be there.
     """
     cfg = model.cfg
     start = max(0, (t // cfg.block) * cfg.block - cfg.context)
     window = ids[start - base : t + lookahead + 1 - base]
     device = next(model.parameters()).device
     input_ids, word_pos, word_ends = (x.to(device) for x in collate([window], cfg))
-    return model(input_ids, word_pos, word_ends, lookahead)[0, t - start].float().cpu()
+    fused = None
+    if cfg.n_tags:
+        _check_tags(model, tags, len(ids))
+        fused = collate_tags([tags[start - base : t + lookahead + 1 - base]]).to(device)  # type: ignore[index]
+    return model(input_ids, word_pos, word_ends, lookahead, fused)[0, t - start].float().cpu()
 
 
 @torch.no_grad()
@@ -60,14 +79,17 @@ def token_logits(
     tokens: Sequence[str],
     lookahead: int | None,
     batch_size: int = 32,
+    tags: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """(N, n_labels) logits for normalised tokens, window by window (see :mod:`streampunct.pieces`).
 
     With a lookahead k, the last k tokens of the text, which have fewer than k tokens after them,
     are decided with the lookahead they have (the same rule a stream applies when time runs out).
+    A POS-fused model also takes each token's tag id (``tags``).
     """
     if not tokens:
         return torch.zeros(0, model.cfg.n_labels)
+    _check_tags(model, tags, len(tokens))
     device = next(model.parameters()).device
     ids = pieces.encode(tokens)
     windows = plan_windows(len(tokens), model.cfg, lookahead)
@@ -75,22 +97,29 @@ def token_logits(
     for i in range(0, len(windows), batch_size):
         chunk = windows[i : i + batch_size]
         input_ids, word_pos, word_ends = collate([ids[w.start : w.end] for w in chunk], model.cfg)
+        fused = collate_tags([tags[w.start : w.end] for w in chunk]).to(device) if model.cfg.n_tags else None  # type: ignore[index]
         logits = (
-            model(input_ids.to(device), word_pos.to(device), word_ends.to(device), lookahead).float().cpu()
+            model(input_ids.to(device), word_pos.to(device), word_ends.to(device), lookahead, fused)
+            .float()
+            .cpu()
         )
         out.extend(logits[b, w.first - w.start : w.stop - w.start] for b, w in enumerate(chunk))
     result = torch.cat(out)
     n = len(tokens)
     for t in range(max(0, n - (lookahead or 0)), n):
-        result[t] = window_logits(model, ids, t, n - 1 - t)
+        result[t] = window_logits(model, ids, t, n - 1 - t, tags=tags)
     return result
 
 
 def label_tokens(
-    model: PunctModel, pieces: WordPieces, tokens: Sequence[str], lookahead: int | None
+    model: PunctModel,
+    pieces: WordPieces,
+    tokens: Sequence[str],
+    lookahead: int | None,
+    tags: Sequence[int] | None = None,
 ) -> list[int]:
     """The best label id for each normalised token."""
-    return token_logits(model, pieces, tokens, lookahead).argmax(-1).tolist()
+    return token_logits(model, pieces, tokens, lookahead, tags=tags).argmax(-1).tolist()
 
 
 class Punctuator:
@@ -103,6 +132,18 @@ class Punctuator:
     def __init__(self, model: PunctModel, pieces: WordPieces):
         self.model = model.eval()
         self.pieces = pieces
+        self._tagger: Tagger | None = None  # for a POS-fused model, loaded when first needed
+
+    def tags(self, tokens: Sequence[str], lookahead: int | None) -> list[int] | None:
+        """Tag ids of normalised tokens for a POS-fused model, under the same lookahead; else None."""
+        if not self.model.cfg.n_tags:
+            return None
+        if self._tagger is None:
+            from .pos import Tagger
+
+            self._tagger = Tagger.load()
+        index = {tag: i for i, tag in enumerate(self._tagger.tags)}
+        return [index[t] for t in self._tagger.tag(tokens, lookahead)]
 
     @classmethod
     def load(cls, path: str | Path | None = None, device: str | torch.device = "auto") -> Punctuator:
@@ -127,7 +168,7 @@ class Punctuator:
             raise InputError("predict() takes a list of words; use punctuate() for a string")
         check_lookahead(lookahead)
         tokens, source = normalize_text(words)
-        token_labels = label_tokens(self.model, self.pieces, tokens, lookahead)
+        token_labels = label_tokens(self.model, self.pieces, tokens, lookahead, self.tags(tokens, lookahead))
         labels = ["O"] * len(words)
         for src, lab in zip(source, token_labels):
             labels[src] = LABELS[lab]  # a word split in two takes the label of its last token
@@ -144,5 +185,5 @@ class Punctuator:
         """Punctuated, capitalised text from unpunctuated text ("" for blank input)."""
         check_lookahead(lookahead)
         tokens, _ = normalize_text(text.split())
-        labels = label_tokens(self.model, self.pieces, tokens, lookahead)
+        labels = label_tokens(self.model, self.pieces, tokens, lookahead, self.tags(tokens, lookahead))
         return render(tokens, [LABELS[i] for i in labels])

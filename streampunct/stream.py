@@ -113,6 +113,10 @@ class PunctStream:
     """One stream of words in, punctuation events out. Create it with ``Punctuator.stream()``."""
 
     def __init__(self, model: PunctModel, pieces: WordPieces, policy: Lookahead):
+        if model.cfg.n_tags:
+            raise InputError(
+                "this checkpoint fuses POS tags; streaming it is not supported yet: use predict()"
+            )
         self.model = model
         self.pieces = pieces
         self.policy = policy
