@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from .metrics import score
 from .model import ModelConfig, PunctModel
-from .pieces import WordPieces, collate
+from .pieces import WordPieces, collate, collate_tags
 from .punctuator import label_tokens, resolve_device
 from .text import LABEL_ID, LABELS, normalize_labeled, read_iwslt
 
@@ -57,66 +57,85 @@ class TrainConfig:
     device: str = "auto"
     threads: int = 0
     workers: int = 0  # processes making batches (0: in the training loop, exactly resumable)
+    # POS fusion: tag ids of the training tokens (.npy) turn it on; the dev tokens' tags go with it
+    tags: str | None = None
+    dev_tags: str | None = None
+    pos_init: str = "tagger"  # or "random": the ablation of Shi et al.'s Table 2
+    tagger: str | None = None  # the converted tagger's folder (default: the cache)
 
 
 class Corpus:
-    """A labelled corpus as arrays of word-type ids and label ids, for fast window sampling."""
+    """A labelled corpus as arrays of word-type ids and label ids (and POS tag ids, for training a
+    POS-fused model), for fast window sampling."""
 
-    def __init__(self, path: str, pieces: WordPieces):
+    def __init__(self, path: str, pieces: WordPieces, tags: str | None = None):
         tokens, labels = normalize_labeled(*read_iwslt(path))
         types: dict[str, int] = {}
         self.words = np.array([types.setdefault(t, len(types)) for t in tokens], dtype=np.int32)
         self.labels = np.array([LABEL_ID[lab] for lab in labels], dtype=np.int64)
         self.type_pieces = pieces.encode(list(types))
+        self.tags = load_tags(tags, len(tokens)) if tags else None
 
     def __len__(self) -> int:
         return len(self.words)
 
     def sample(self, rng: np.random.Generator, length: int, noise: float) -> tuple[list[int], list[int]]:
-        """One window (word types, labels) at a uniformly random start, with ASR-like noise."""
+        """One window at a uniformly random start, with ASR-like noise: the corpus position each
+        word comes from (its word type and tag are there), and the labels."""
         start = int(rng.integers(0, len(self.words) - length))
-        words = self.words[start : start + length].tolist()
+        positions = list(range(start, start + length))
         labels = self.labels[start : start + length].tolist()
         if noise <= 0:
-            return words, labels
-        out_w: list[int] = []
+            return positions, labels
+        out_p: list[int] = []
         out_l: list[int] = []
-        draws = rng.random(len(words))
-        for w, lab, r in zip(words, labels, draws):
+        draws = rng.random(length)
+        for pos, lab, r in zip(positions, labels, draws):
             if r < noise:  # duplication: the recogniser repeats a word
-                out_w += [w, w]
+                out_p += [pos, pos]
                 out_l += [0, lab]
             elif r < 2 * noise:  # substitution by a word drawn from the corpus
-                out_w.append(int(self.words[rng.integers(0, len(self.words))]))
+                out_p.append(int(rng.integers(0, len(self.words))))
                 out_l.append(lab)
             elif r < 3 * noise:  # deletion: its mark moves to the word before
                 if lab and out_l and out_l[-1] == 0:
                     out_l[-1] = lab
             else:
-                out_w.append(w)
+                out_p.append(pos)
                 out_l.append(lab)
-        return out_w, out_l
+        return out_p, out_l
 
 
-Batch = tuple[int | None, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+def load_tags(path: str, n: int) -> np.ndarray:
+    """POS tag ids of a corpus's tokens (a .npy made by ``Tagger``), checked against its length."""
+    tags = np.load(path)
+    if tags.ndim != 1 or len(tags) != n:
+        raise ValueError(f"{path}: {tags.shape} tags for {n:,} tokens")
+    return tags.astype(np.int64)
+
+
+Batch = tuple[int | None, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]
 
 
 def make_batches(
     corpus: Corpus, cfg: TrainConfig, model_cfg: ModelConfig, rng: np.random.Generator
 ) -> Iterator[Batch]:
-    """Endless training batches: (lookahead, input_ids, word_pos, word_ends, target)."""
+    """Endless training batches: (lookahead, input_ids, word_pos, word_ends, target, tags or None)."""
     while True:
         k = LOOKAHEAD_CHOICES[int(rng.integers(len(LOOKAHEAD_CHOICES)))]
         windows = [corpus.sample(rng, cfg.window, cfg.noise) for _ in range(cfg.batch)]
         input_ids, word_pos, word_ends = collate(
-            [[corpus.type_pieces[w] for w in ws] for ws, _ in windows], model_cfg
+            [[corpus.type_pieces[w] for w in corpus.words[ps].tolist()] for ps, _ in windows], model_cfg
+        )
+        tags = (
+            collate_tags([corpus.tags[ps].tolist() for ps, _ in windows]) if corpus.tags is not None else None
         )
         target = torch.full((cfg.batch, word_ends.shape[1]), -100, dtype=torch.long)
         cut = OFFLINE_LOSS_CUT if k is None else k
         for b, (_, labs) in enumerate(windows):
             n = len(labs) - cut
             target[b, :n] = torch.tensor(labs[:n])
-        yield k, input_ids, word_pos, word_ends, target
+        yield k, input_ids, word_pos, word_ends, target, tags
 
 
 class Batches(torch.utils.data.IterableDataset):
@@ -132,11 +151,36 @@ class Batches(torch.utils.data.IterableDataset):
 
 
 def evaluate_tokens(
-    model: PunctModel, pieces: WordPieces, tokens: list[str], labels: list[str], k: int | None
+    model: PunctModel,
+    pieces: WordPieces,
+    tokens: list[str],
+    labels: list[str],
+    k: int | None,
+    tags: list[int] | None = None,
 ) -> float:
     model.eval()
-    pred = label_tokens(model, pieces, tokens, k)
+    pred = label_tokens(model, pieces, tokens, k, tags)
     return score(labels, [LABELS[i] for i in pred]).micro_f1
+
+
+def with_pos_fusion(model: PunctModel, cfg: TrainConfig) -> PunctModel:
+    """The model with POS fusion added (``--tags``): encoder weights kept; the tag embeddings start
+    from the tagger's softmax weights (``pos_init="tagger"``) or at random; a fresh head."""
+    from dataclasses import replace
+
+    from .pos import Tagger
+
+    tagger = Tagger.load(cfg.tagger)
+    fused = PunctModel(replace(model.cfg, n_tags=len(tagger.tags), pos_dim=tagger.embedding.shape[1]))
+    encoder = {k: v for k, v in model.state_dict().items() if not k.startswith("head.")}
+    missing, unexpected = fused.load_state_dict(encoder, strict=False)
+    if unexpected or not all(k.startswith(("tag_emb.", "fusion.", "head.")) for k in missing):
+        raise ValueError(f"cannot add POS fusion to this model: {unexpected or missing}")
+    if cfg.pos_init == "tagger":
+        fused.init_pos_embedding(tagger.embedding)
+    elif cfg.pos_init != "random":
+        raise ValueError(f"pos_init is 'tagger' or 'random', not {cfg.pos_init!r}")
+    return fused
 
 
 def progress(step: int, train_seconds: float, cfg: TrainConfig) -> float:
@@ -204,11 +248,16 @@ def train(cfg: TrainConfig) -> Path:
         vocab = Path(cfg.encoder) / "vocab.txt"
     else:
         raise ValueError("give an encoder folder (--encoder) or a checkpoint to continue (--init)")
+    if cfg.tags and not model.cfg.n_tags:
+        model = with_pos_fusion(model, cfg)
+    if model.cfg.n_tags and not (cfg.tags and cfg.dev_tags):
+        raise ValueError("a POS-fused model trains on tagged text: give --tags and --dev-tags")
     model.to(device)
     pieces = WordPieces(vocab, model.cfg.max_pieces)
     t0 = time.time()
-    corpus = Corpus(cfg.train, pieces)
+    corpus = Corpus(cfg.train, pieces, cfg.tags)
     dev_tokens, dev_labels = normalize_labeled(*read_iwslt(cfg.dev))
+    dev_tags = load_tags(cfg.dev_tags, len(dev_tokens))[: cfg.dev_words].tolist() if cfg.dev_tags else None
     dev_tokens, dev_labels = dev_tokens[: cfg.dev_words], dev_labels[: cfg.dev_words]
     print(f"corpus {len(corpus):,} words, dev {len(dev_tokens):,} words, prepared in {time.time() - t0:.0f}s")
 
@@ -271,9 +320,15 @@ def train(cfg: TrainConfig) -> Path:
         lr = cfg.lr * lr_factor(step, progress(step, train_seconds, cfg), cfg)
         for group in opt.param_groups:
             group["lr"] = lr
-        k, input_ids, word_pos, word_ends, target = next(batches)
+        k, input_ids, word_pos, word_ends, target, tags = next(batches)
         with autocast:
-            logits = model(input_ids.to(device), word_pos.to(device), word_ends.to(device), k)
+            logits = model(
+                input_ids.to(device),
+                word_pos.to(device),
+                word_ends.to(device),
+                k,
+                None if tags is None else tags.to(device),
+            )
         loss = F.cross_entropy(
             logits.float().reshape(-1, logits.shape[-1]), target.to(device).reshape(-1), ignore_index=-100
         )
@@ -292,8 +347,8 @@ def train(cfg: TrainConfig) -> Path:
         bar.set_postfix(loss=f"{loss_avg:.3f}", tok_s=f"{n_tok / dt:.0f}", lr=f"{lr:.1e}")
 
         if step % cfg.eval_every == 0 or progress(step, train_seconds, cfg) >= 1.0:
-            f_k2 = evaluate_tokens(model, pieces, dev_tokens, dev_labels, 2)
-            f_off = evaluate_tokens(model, pieces, dev_tokens, dev_labels, None)
+            f_k2 = evaluate_tokens(model, pieces, dev_tokens, dev_labels, 2, dev_tags)
+            f_off = evaluate_tokens(model, pieces, dev_tokens, dev_labels, None, dev_tags)
             metric = (f_k2 + f_off) / 2
             improved = metric > best
             if improved:

@@ -117,3 +117,18 @@ def test_train_without_data_is_a_clear_error(capsys, tmp_path, monkeypatch):
     monkeypatch.delenv("STREAMPUNCT_DATA", raising=False)
     code, _, err = run(capsys, "train", "--out", str(tmp_path), "--init", str(tmp_path))
     assert code == 2 and "--train" in err
+
+
+def test_tag_writes_tag_ids_for_training(capsys, tmp_path):
+    import numpy as np
+
+    from streampunct.pos import Tagger
+
+    data = tmp_path / "talk.tsv"
+    data.write_text("can\tO\nyou\tO\nsend\tO\nme\tO\nthe\tO\nreport\tQUESTION\n")
+    code, out, err = run(capsys, "tag", str(data), str(tmp_path / "tags.npy"))
+    assert code == 0 and "6 tokens tagged" in out, err
+    tags = Tagger.load().tags
+    assert [tags[i] for i in np.load(tmp_path / "tags.npy")] == ["MD", "PRP", "VB", "PRP", "DT", "NN"]
+    code, _, err = run(capsys, "tag", str(tmp_path / "missing.tsv"), str(tmp_path / "x.npy"))
+    assert code == 2 and "missing.tsv" in err

@@ -1,0 +1,85 @@
+"""Training runs end to end on a small corpus made here: plain, and with POS fusion."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from streampunct import Punctuator
+from streampunct.pos import Tagger
+from streampunct.punctuator import DEFAULT_CHECKPOINT
+from streampunct.train import TrainConfig, train
+
+SENTENCES = [
+    ("so what did you do today", "QUESTION"),
+    ("i went to the market and bought some bread", "PERIOD"),
+    ("well if you ask me it was a good day", "PERIOD"),
+    ("can you tell me more about it", "QUESTION"),
+]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("corpus")
+    lines = []
+    for i in range(120):
+        words, mark = SENTENCES[i % len(SENTENCES)]
+        words = words.split()
+        lines += [f"{w}\tO" for w in words[:-1]] + [f"{words[-1]}\t{mark}"]
+    (d / "train.tsv").write_text("\n".join(lines) + "\n")
+    tokens = [line.split("\t")[0] for line in lines]
+    tagger = Tagger.load()
+    index = {t: i for i, t in enumerate(tagger.tags)}
+    np.save(d / "tags.npy", np.array([index[t] for t in tagger.tag(tokens)], dtype=np.uint8))
+    return d
+
+
+def config(corpus, out, **kw) -> TrainConfig:
+    base = dict(
+        train=str(corpus / "train.tsv"),
+        dev=str(corpus / "train.tsv"),
+        out=str(out),
+        init=str(DEFAULT_CHECKPOINT),
+        window=32,
+        batch=2,
+        max_steps=2,
+        warmup=1,
+        eval_every=2,
+        dev_words=200,
+        threads=1,
+    )
+    return TrainConfig(**{**base, **kw})
+
+
+def test_train_continues_a_checkpoint(corpus, tmp_path):
+    best = train(config(corpus, tmp_path))
+    history = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in history] == [2] and (best / "model.safetensors").is_file()
+    labels = Punctuator.load(best, device="cpu").predict(["so", "what"])
+    assert len(labels) == 2 and set(labels) <= {"O", "COMMA", "PERIOD", "QUESTION"}
+
+
+@pytest.mark.parametrize("pos_init", ["tagger", "random"])
+def test_train_adds_pos_fusion(corpus, tmp_path, pos_init):
+    tags = str(corpus / "tags.npy")
+    best = train(config(corpus, tmp_path, tags=tags, dev_tags=tags, pos_init=pos_init))
+    p = Punctuator.load(best, device="cpu")
+    assert p.model.cfg.n_tags == 53 and p.model.cfg.pos_dim == 512
+    embedding = Tagger.load().embedding
+    started_from_tagger = torch.allclose(p.model.tag_emb.weight, embedding, atol=0.05)
+    assert started_from_tagger == (pos_init == "tagger")  # two small steps move it little
+    assert len(p.predict("so what did you do today".split(), lookahead=2)) == 6
+
+
+def test_tags_must_fit_the_corpus(corpus, tmp_path):
+    np.save(tmp_path / "short.npy", np.zeros(5, dtype=np.uint8))
+    with pytest.raises(ValueError, match="tags for"):
+        train(
+            config(
+                corpus,
+                tmp_path / "run",
+                tags=str(tmp_path / "short.npy"),
+                dev_tags=str(tmp_path / "short.npy"),
+            )
+        )
