@@ -85,7 +85,7 @@ def ensure_tagger(directory: str | Path | None = None) -> Path:
     return d
 
 
-class _Stand_in:  # noqa: N801
+class _StandIn:
     """Takes the place of any flair class while unpickling: keeps the object's attributes."""
 
     def __init__(self, *args: object, **kwargs: object):
@@ -100,7 +100,7 @@ class _Stand_in:  # noqa: N801
 class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> object:
         if module.split(".")[0] in ("flair", "gensim", "transformers", "sqlitedict", "bpemb"):
-            return type(name, (_Stand_in,), {})
+            return type(name, (_StandIn,), {})
         return super().find_class(module, name)
 
 
