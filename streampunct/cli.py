@@ -126,9 +126,7 @@ def cmd_tag(args: argparse.Namespace) -> int:
     tokens, _ = normalize_labeled(*read_iwslt(args.data))
     tagger = Tagger.load(args.tagger).to(args.device)
     t0 = time.perf_counter()
-    tags = tagger.tag(tokens, lookahead=args.lookahead)
-    index = {t: i for i, t in enumerate(tagger.tags)}
-    np.save(args.out, np.array([index[t] for t in tags], dtype=np.uint8))
+    np.save(args.out, np.array(tagger.tag_ids(tokens, args.lookahead), dtype=np.uint8))
     print(f"{len(tokens):,} tokens tagged in {time.perf_counter() - t0:.0f}s on {args.device}: {args.out}")
     return 0
 

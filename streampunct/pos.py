@@ -287,21 +287,6 @@ class Tagger:
         hb, _ = self.word_bw(torch.flip(x, dims=[1]))
         return self.out(torch.cat([hf, torch.flip(hb, dims=[1])], dim=2))
 
-    def _viterbi(self, emissions: torch.Tensor, previous: int | None, end: bool) -> list[int]:
-        """Best tag path for (n, n_tags) emissions, continuing from tag ``previous`` (or <START>)."""
-        trans = self.transitions
-        score = emissions[0] + trans[:, self.start if previous is None else previous]
-        back = []
-        for e in emissions[1:]:
-            score, best = torch.max(e[:, None] + trans + score[None, :], dim=1)
-            back.append(best)
-        if end:
-            score = score + trans[self.stop]
-        path = [int(score.argmax())]
-        for best in reversed(back):
-            path.append(int(best[path[-1]]))
-        return path[::-1]
-
     # public
 
     @_native_lstm
@@ -323,13 +308,17 @@ class Tagger:
         state = None
         for (a, b), bw in zip(spans, backward):
             x = self.reproject(torch.cat([forward[a:b], bw], dim=1))[None]
-            path = self._viterbi(
-                self._emissions(x, state)[0], tags[-1] if tags else None, end=b == n and a == stepped
-            )
+            end = b == n and a == stepped
+            path = self._viterbi(self._emissions(x, state), tags[-1] if tags else None, end)[0].tolist()
             take = 1 if a < stepped else b - a
             tags += path[:take]
             _, state = self.word_fw(x[:, :1], state)
         return [self.tags[i] for i in tags]
+
+    def tag_ids(self, words: Sequence[str], lookahead: int | None = None) -> list[int]:
+        """:meth:`tag` as indices into ``tags`` (and rows of :attr:`embedding`)."""
+        index = {tag: i for i, tag in enumerate(self.tags)}
+        return [index[t] for t in self.tag(words, lookahead)]
 
     def _tag_offline(
         self, words: list[str], segment: int = 200, context: int = 16, batch: int = 64
@@ -347,19 +336,22 @@ class Tagger:
                 spans = [words[lo : min(n, hi + context)] for lo, _, hi in chunk]
                 forward, backward = self._forward_vectors(spans), self._backward_vectors(spans)
                 x = self.reproject(torch.cat([torch.stack(forward), torch.stack(backward)], dim=2))
-                for (lo, a, hi), path in zip(chunk, self._viterbi_batch(self._emissions(x)).tolist()):
+                for (lo, a, hi), path in zip(chunk, self._viterbi(self._emissions(x)).tolist()):
                     tags[a:hi] = path[a - lo : hi - lo]
         return [self.tags[i] for i in tags]
 
-    def _viterbi_batch(self, emissions: torch.Tensor) -> torch.Tensor:
-        """Best paths (B, n) for (B, n, n_tags) emissions of whole sequences (<START> to <STOP>)."""
+    def _viterbi(
+        self, emissions: torch.Tensor, previous: int | None = None, end: bool = True
+    ) -> torch.Tensor:
+        """Best tag paths (B, n) for (B, n, n_tags) emissions, continuing from tag ``previous``
+        (default <START>), with the transition to <STOP> after the last word if ``end``."""
         trans = self.transitions
-        score = emissions[:, 0] + trans[:, self.start]
+        score = emissions[:, 0] + trans[:, self.start if previous is None else previous]
         back = []
         for e in emissions.unbind(1)[1:]:
             score, best = torch.max(e[:, :, None] + trans[None] + score[:, None, :], dim=2)
             back.append(best)
-        last = (score + trans[self.stop]).argmax(1)
+        last = (score + trans[self.stop] if end else score).argmax(1)
         path = [last]
         for best in reversed(back):
             last = best.gather(1, last[:, None])[:, 0]
@@ -407,7 +399,7 @@ class TagStream:
         t = self.tagger
         backward = t._backward_vectors([self.words])[0]
         x = t.reproject(torch.cat([torch.stack(self.forward), backward], dim=1))[None]
-        path = t._viterbi(t._emissions(x, self._word_state)[0], self._last_tag, end)
+        path = t._viterbi(t._emissions(x, self._word_state), self._last_tag, end)[0].tolist()
         _, self._word_state = t.word_fw(x[:, :count], self._word_state)
         self._last_tag = path[count - 1]
         out = [(self.n_final + i, t.tags[path[i]]) for i in range(count)]

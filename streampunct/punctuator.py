@@ -142,8 +142,7 @@ class Punctuator:
             from .pos import Tagger
 
             self._tagger = Tagger.load()
-        index = {tag: i for i, tag in enumerate(self._tagger.tags)}
-        return [index[t] for t in self._tagger.tag(tokens, lookahead)]
+        return self._tagger.tag_ids(tokens, lookahead)
 
     @classmethod
     def load(cls, path: str | Path | None = None, device: str | torch.device = "auto") -> Punctuator:

@@ -30,8 +30,7 @@ def corpus(tmp_path_factory):
     (d / "train.tsv").write_text("\n".join(lines) + "\n")
     tokens = [line.split("\t")[0] for line in lines]
     tagger = Tagger.load()
-    index = {t: i for i, t in enumerate(tagger.tags)}
-    np.save(d / "tags.npy", np.array([index[t] for t in tagger.tag(tokens)], dtype=np.uint8))
+    np.save(d / "tags.npy", np.array(tagger.tag_ids(tokens), dtype=np.uint8))
     return d
 
 
