@@ -209,7 +209,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=_train_default("pos_init"),
         help="POS embeddings from the tagger's softmax weights (default) or random",
     )
-    p.add_argument("--tagger", help="converted tagger folder (default: fetched into the cache)")
+    p.add_argument(
+        "--freeze-encoder",
+        action="store_true",
+        help="train only the layers after the encoder (POS fusion and the classifier)",
+    )
+    p.add_argument(
+        "--tagger",
+        help="converted tagger folder (default: fetched into the cache), or its softmax weights "
+        "alone (a .npy of Tagger.embedding), where the tagger is not at hand",
+    )
     p.add_argument("--device", default="auto")
     p.set_defaults(run=cmd_train)
 

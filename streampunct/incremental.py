@@ -37,6 +37,10 @@ class WindowState:
         self.keys: list[torch.Tensor] = []  # per layer: keys of h[l-1], (1, nh, T, hs)
         self.values: list[torch.Tensor] = []
         self.dirty = 0  # first word whose rows are out of date
+        if cfg.n_tags:  # POS fusion: keys and values of the fusion layer for the final words
+            heads = cfg.fusion_heads
+            shape = (1, heads, 0, (cfg.n_embd + cfg.pos_dim) // heads)
+            self.fusion_keys = self.fusion_values = torch.zeros(shape, device=self.device)
 
     @property
     def n_words(self) -> int:
@@ -56,6 +60,9 @@ class WindowState:
         cut = self.word_start[n_words]
         del self.ids[cut:], self.word_pos[cut:], self.word_start[n_words:]
         self.dirty = min(self.dirty, n_words)
+        if self.model.cfg.n_tags:
+            self.fusion_keys = self.fusion_keys[:, :, :n_words]
+            self.fusion_values = self.fusion_values[:, :, :n_words]
 
     def _first_piece(self, word: int) -> int:
         if word < 0:
@@ -69,12 +76,35 @@ class WindowState:
         """Bring every layer's rows up to date with the words now in the window."""
         compute_many([self])
 
+    def _last_piece(self, word: int) -> int:
+        return (self.word_start[word + 1] if word + 1 < self.n_words else len(self.ids)) - 1
+
     @torch.no_grad()
-    def logits(self, word: int) -> torch.Tensor:
-        """(n_labels,) logits of a word of this window, as its words stand now."""
+    def logits(self, word: int, tags: Sequence[int] | None = None, final: bool = False) -> torch.Tensor:
+        """(n_labels,) logits of a word of this window, as its words stand now.
+
+        A POS-fused model also takes the tag ids of the window's words up to ``word``. Its fusion
+        layer looks back only, so once ``word`` and its tag are final (``final=True``) the fusion
+        keys and values of the words up to it are kept: a later word computes its own rows only.
+        """
         self.compute()
-        last = (self.word_start[word + 1] if word + 1 < self.n_words else len(self.ids)) - 1
-        return self.model.head(self.h[-1][0, last]).float().cpu()
+        m = self.model
+        if not m.cfg.n_tags:
+            return m.head(self.h[-1][0, self._last_piece(word)]).float().cpu()
+        if tags is None or len(tags) < word + 1:
+            raise ValueError("a POS-fused model needs the tags of the window's words up to this one")
+        kept = min(self.fusion_keys.shape[2], word)
+        rows = list(range(kept, word + 1))
+        h = self.h[-1][:, [self._last_piece(w) for w in rows]]  # (1, n, C)
+        tag_ids = torch.tensor(list(tags[kept : word + 1]), dtype=torch.long, device=self.device)
+        z = torch.cat([h, m.tag_emb(tag_ids)[None]], dim=-1)  # (1, n, C + pos_dim)
+        k_new, v_new = m.fusion.attn.kv(z)
+        keys = torch.cat([self.fusion_keys[:, :, :kept], k_new], dim=2)
+        values = torch.cat([self.fusion_values[:, :, :kept], v_new], dim=2)
+        if final:
+            self.fusion_keys, self.fusion_values = keys, values
+        everything = torch.ones(1, 1, 1, word + 1, dtype=torch.bool, device=self.device)
+        return m.head(m.fusion.forward_rows(z[:, -1:], keys, values, everything)[0, 0]).float().cpu()
 
 
 @torch.no_grad()

@@ -366,23 +366,30 @@ class TagStream:
     """Tags as words arrive: word t's tag is final once word t+k has arrived (see the module doc).
 
     Each word costs the forward LM over its characters, and the backward LM, the word BiLSTM
-    and Viterbi over k+1 words: bounded work, however long the stream.
+    and Viterbi over k+1 words: bounded work, however long the stream. Words not final yet can
+    be taken back (:meth:`truncate`), for a recogniser that revises its recent words.
     """
+
+    UNDO = 32  # final words that can still be taken back
 
     def __init__(self, tagger: Tagger, lookahead: int):
         self.tagger, self.k = tagger, lookahead
         self.words: list[str] = []  # words not final yet
         self.forward: list[torch.Tensor] = []  # their forward LM vectors
         self.n_final = 0
+        self._lm_before: list[tuple | None] = []  # forward LM state before each of those words
         self._lm_state: tuple | None = None  # forward LM after the last word's last character
         self._word_state: tuple | None = None  # forward word LSTM after the last final word
         self._last_tag: int | None = None
+        self._pending: list[int] = []  # the last decision's tags of the words not final yet
+        self._undo: list[tuple] = []  # recent final words: (word, forward, lm_before, word_state, last_tag)
 
     @_native_lstm
     def push(self, word: str) -> list[tuple[int, str]]:
         """Add a word; returns the (index, tag) pairs that became final."""
         t = self.tagger
         text = (t.start_marker if self.n_final + len(self.words) == 0 else " ") + word
+        self._lm_before.append(self._lm_state)
         vectors, self._lm_state = t._run_lm("fw", [t._chars(text)], [[len(text) - 1]], self._lm_state)
         self.words.append(word)
         self.forward.append(vectors[0][0])
@@ -395,14 +402,63 @@ class TagStream:
         """End of stream: the words left are decided with the lookahead they have."""
         return self._decide(len(self.words), end=True) if self.words else []
 
+    @_native_lstm
+    def peek(self, n: int | None = None) -> list[str]:
+        """Tags of the words not final yet, up to word ``n`` (excluded), decided as if the text
+        ended there. Changes nothing."""
+        words = self.words[: None if n is None else max(0, n - self.n_final)]
+        return [self.tagger.tags[i] for i in self._path(words, end=True)[0]] if words else []
+
+    def provisional(self) -> list[str]:
+        """Tags of all the words not final yet, for display: the last decision's view of them
+        (free), or :meth:`peek` where no decision covers them yet."""
+        if len(self._pending) != len(self.words):
+            index = {tag: i for i, tag in enumerate(self.tagger.tags)}
+            self._pending = [index[tag] for tag in self.peek()]
+        return [self.tagger.tags[i] for i in self._pending]
+
+    def truncate(self, n: int) -> None:
+        """Forget words from index ``n`` on, final or not (at most :attr:`UNDO` final words back)."""
+        if n >= self.n_final + len(self.words):
+            return
+        back = self.n_final - n
+        if back > len(self._undo):
+            oldest = self.n_final - len(self._undo)
+            raise ValueError(f"cannot take back word {n}: the words before {oldest} stay final")
+        if back > 0:  # final words open again, with the word LSTM and Viterbi as before them
+            undone = self._undo[len(self._undo) - back :]
+            del self._undo[len(self._undo) - back :]
+            self._word_state, self._last_tag = undone[0][3], undone[0][4]
+            self.words[:0] = [u[0] for u in undone]
+            self.forward[:0] = [u[1] for u in undone]
+            self._lm_before[:0] = [u[2] for u in undone]
+            self.n_final = n
+        cut = n - self.n_final
+        self._lm_state = self._lm_before[cut]
+        del self.words[cut:], self.forward[cut:], self._lm_before[cut:]
+        self._pending = []
+
+    def _path(self, words: list[str], end: bool) -> tuple[list[int], torch.Tensor]:
+        """Best tags of ``words`` (the first words not final) and their reprojected vectors."""
+        t = self.tagger
+        backward = t._backward_vectors([words])[0]
+        x = t.reproject(torch.cat([torch.stack(self.forward[: len(words)]), backward], dim=1))[None]
+        return t._viterbi(t._emissions(x, self._word_state), self._last_tag, end)[0].tolist(), x
+
     def _decide(self, count: int, end: bool) -> list[tuple[int, str]]:
         t = self.tagger
-        backward = t._backward_vectors([self.words])[0]
-        x = t.reproject(torch.cat([torch.stack(self.forward), backward], dim=1))[None]
-        path = t._viterbi(t._emissions(x, self._word_state), self._last_tag, end)[0].tolist()
+        path, x = self._path(self.words, end)
+        if count == 1:  # what truncate() needs to take this word back
+            self._undo.append(
+                (self.words[0], self.forward[0], self._lm_before[0], self._word_state, self._last_tag)
+            )
+            del self._undo[: max(0, len(self._undo) - self.UNDO)]
+        else:
+            self._undo.clear()
         _, self._word_state = t.word_fw(x[:, :count], self._word_state)
         self._last_tag = path[count - 1]
+        self._pending = path[count:]
         out = [(self.n_final + i, t.tags[path[i]]) for i in range(count)]
-        del self.words[:count], self.forward[:count]
+        del self.words[:count], self.forward[:count], self._lm_before[:count]
         self.n_final += count
         return out

@@ -134,15 +134,24 @@ class Punctuator:
         self.pieces = pieces
         self._tagger: Tagger | None = None  # for a POS-fused model, loaded when first needed
 
-    def tags(self, tokens: Sequence[str], lookahead: int | None) -> list[int] | None:
-        """Tag ids of normalised tokens for a POS-fused model, under the same lookahead; else None."""
-        if not self.model.cfg.n_tags:
-            return None
-        if self._tagger is None:
+    @property
+    def tagger(self) -> Tagger | None:
+        """The POS tagger a fused model needs (loaded when first asked for); None otherwise."""
+        if self.model.cfg.n_tags and self._tagger is None:
             from .pos import Tagger
 
-            self._tagger = Tagger.load()
-        return self._tagger.tag_ids(tokens, lookahead)
+            tagger = Tagger.load().to(self.device)
+            if len(tagger.tags) != self.model.cfg.n_tags:
+                raise CheckpointError(
+                    f"this checkpoint fuses {self.model.cfg.n_tags} POS tags; the tagger has {len(tagger.tags)}"
+                )
+            self._tagger = tagger
+        return self._tagger
+
+    def tags(self, tokens: Sequence[str], lookahead: int | None) -> list[int] | None:
+        """Tag ids of normalised tokens for a POS-fused model, under the same lookahead; else None."""
+        tagger = self.tagger
+        return tagger.tag_ids(tokens, lookahead) if tagger else None
 
     @classmethod
     def load(cls, path: str | Path | None = None, device: str | torch.device = "auto") -> Punctuator:
@@ -178,7 +187,7 @@ class Punctuator:
         after it ended on the recogniser's clock (see :mod:`streampunct.stream`)."""
         from .stream import Lookahead, PunctStream
 
-        return PunctStream(self.model, self.pieces, Lookahead(lookahead, max_delay_ms))
+        return PunctStream(self.model, self.pieces, Lookahead(lookahead, max_delay_ms), self.tagger)
 
     def punctuate(self, text: str, lookahead: int | None = None) -> str:
         """Punctuated, capitalised text from unpunctuated text ("" for blank input)."""

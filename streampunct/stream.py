@@ -15,6 +15,11 @@ has: the words that had ended by its deadline. Without time limits firing, the f
 Lookahead counts the model's tokens, which are IWSLT words: a recogniser word such as "don't" is
 two of them ("do n't"), and "--" is none (it is labelled O).
 
+A POS-fused checkpoint streams with its tagger beside it (:class:`~streampunct.pos.TagStream`,
+same lookahead): a token's tag is final when its punctuation can be, so the final labels still
+equal ``predict()``'s. A word decided early by a time limit uses the tags final by then and, for
+the rest, the tagger's view of the words up to its lookahead.
+
 A stream is not thread-safe: drive each from one thread or task at a time. Streams share their
 model read-only, so many streams may run in many threads.
 """
@@ -25,6 +30,7 @@ import bisect
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .errors import InputError
 from .incremental import WindowState, compute_many
@@ -32,6 +38,9 @@ from .model import PunctModel
 from .pieces import WordPieces
 from .punctuator import MAX_LOOKAHEAD, window_logits
 from .text import LABELS, MARKS, normalize
+
+if TYPE_CHECKING:
+    from .pos import Tagger
 
 __all__ = ["Word", "PunctEvent", "Lookahead", "PunctStream"]
 
@@ -112,11 +121,11 @@ class Lookahead:
 class PunctStream:
     """One stream of words in, punctuation events out. Create it with ``Punctuator.stream()``."""
 
-    def __init__(self, model: PunctModel, pieces: WordPieces, policy: Lookahead):
-        if model.cfg.n_tags:
-            raise InputError(
-                "this checkpoint fuses POS tags; streaming it is not supported yet: use predict()"
-            )
+    def __init__(
+        self, model: PunctModel, pieces: WordPieces, policy: Lookahead, tagger: Tagger | None = None
+    ):
+        if model.cfg.n_tags and tagger is None:
+            raise InputError("this checkpoint fuses POS tags: stream it with a tagger (Punctuator.stream())")
         self.model = model
         self.pieces = pieces
         self.policy = policy
@@ -127,6 +136,10 @@ class PunctStream:
         self._tok_word: list[int] = []  # each token's word index
         self._tok_base = 0
         self._tok_label: list[int] = []  # decided tokens' labels, from _tok_base on
+        # A POS-fused model: tags made as tokens arrive, under the same lookahead
+        self._tag_stream = tagger.stream(policy.words) if model.cfg.n_tags and tagger else None
+        self._tag_id = {tag: i for i, tag in enumerate(tagger.tags)} if tagger else {}
+        self._tok_tag: list[int] = []  # final tags' ids, from _tok_base on
         self._windows: dict[int, WindowState] = {}  # by block
         self._final_words = 0
         self._final_tokens = 0
@@ -163,6 +176,8 @@ class PunctStream:
     def finish(self) -> list[PunctEvent]:
         """End of stream: every remaining word becomes final, with the lookahead it has."""
         self._check_open()
+        if self._tag_stream is not None:
+            self._tok_tag += [self._tag_id[tag] for _, tag in self._tag_stream.finish()]
         events = self._advance(None, flush=True)
         self._finished = True
         self._windows.clear()
@@ -192,6 +207,9 @@ class PunctStream:
         del self._words[index - self._word_base :]
         del self._ids[cut - self._tok_base :], self._tok_word[cut - self._tok_base :]
         del self._tok_label[max(0, cut - self._tok_base) :]
+        if self._tag_stream is not None:
+            self._tag_stream.truncate(cut)
+            del self._tok_tag[max(0, cut - self._tok_base) :]
         self._final_tokens = min(self._final_tokens, cut)
         self._shown = {i: lab for i, lab in self._shown.items() if i < index}
         for b in list(self._windows):
@@ -235,6 +253,8 @@ class PunctStream:
             pieces = self.pieces.encode([token])[0]
             self._ids.append(pieces)
             self._tok_word.append(index)
+            if self._tag_stream is not None:
+                self._tok_tag += [self._tag_id[tag] for _, tag in self._tag_stream.push(token)]
             cfg = self.model.cfg
             first = max(0, -((t - cfg.block - self._k + 1) // -cfg.block))  # ceil
             for b in range(first, (t + cfg.context) // cfg.block + 1):
@@ -270,8 +290,16 @@ class PunctStream:
             return None
         if j == self._k:  # the full lookahead: the incremental window has it
             block = t // self.model.cfg.block
-            return int(self._windows[block].logits(t - self._window_start(block)).argmax())
-        return int(window_logits(self.model, self._ids, t, j, base=self._tok_base).argmax())
+            start = self._window_start(block)
+            tags = (
+                self._tok_tag[start - self._tok_base : t + 1 - self._tok_base] if self._tag_stream else None
+            )
+            return int(self._windows[block].logits(t - start, tags, final=True).argmax())
+        tags = None
+        if self._tag_stream is not None:  # tags not final yet: as if the text ended at t + j
+            tags = self._tok_tag + [self._tag_id[tag] for tag in self._tag_stream.peek(t + j + 1)]
+            tags += [0] * (len(self._ids) - len(tags))  # after t + j: unseen under lookahead j
+        return int(window_logits(self.model, self._ids, t, j, base=self._tok_base, tags=tags).argmax())
 
     def _advance(self, now: float | None, flush: bool = False) -> list[PunctEvent]:
         if now is not None:
@@ -308,6 +336,9 @@ class PunctStream:
     def _provisional(self) -> list[PunctEvent]:
         events = []
         cfg = self.model.cfg
+        tags = None
+        if self._tag_stream is not None:  # final tags, then the tagger's current view of the rest
+            tags = self._tok_tag + [self._tag_id[tag] for tag in self._tag_stream.provisional()]
         for pos in range(max(0, self._final_tokens - self._tok_base), len(self._ids)):
             t = self._tok_base + pos
             i = self._tok_word[pos]
@@ -316,7 +347,9 @@ class PunctStream:
             if pos + 1 < len(self._ids) and self._tok_word[pos + 1] == i:
                 continue  # not the word's last token
             block = t // cfg.block
-            label = LABELS[int(self._windows[block].logits(t - self._window_start(block)).argmax())]
+            start = self._window_start(block)
+            window_tags = tags[start - self._tok_base : t + 1 - self._tok_base] if tags else None
+            label = LABELS[int(self._windows[block].logits(t - start, window_tags).argmax())]
             if self._shown.get(i) != label:
                 self._shown[i] = label
                 events.append(PunctEvent(i, self._words[i - self._word_base].text, label, False))
@@ -334,7 +367,7 @@ class PunctStream:
         keep_from = self._window_start(block)
         if keep_from - self._tok_base > 4 * cfg.block:
             drop = keep_from - self._tok_base
-            del self._ids[:drop], self._tok_word[:drop], self._tok_label[:drop]
+            del self._ids[:drop], self._tok_word[:drop], self._tok_label[:drop], self._tok_tag[:drop]
             self._tok_base = keep_from
         if self._final_words - self._word_base > 256:  # only words not final are read again
             del self._words[: self._final_words - self._word_base]

@@ -33,6 +33,7 @@ from .text import LABEL_ID, LABELS, normalize_labeled, read_iwslt
 __all__ = ["TrainConfig", "train"]
 
 LOOKAHEAD_CHOICES: tuple[int | None, ...] = (None, None, None, 0, 1, 2, 2, 3, 4, 6, 8)
+ENCODER = ("tok_emb.", "pos_emb.", "type_emb.", "ln_emb.", "layers.")  # parameter names
 OFFLINE_LOSS_CUT = 16  # offline windows: the last words lack right context; no loss on them
 
 
@@ -61,7 +62,10 @@ class TrainConfig:
     tags: str | None = None
     dev_tags: str | None = None
     pos_init: str = "tagger"  # or "random": the ablation of Shi et al.'s Table 2
-    tagger: str | None = None  # the converted tagger's folder (default: the cache)
+    freeze_encoder: bool = False  # train only what follows the encoder (fusion, head)
+    tagger: str | None = (
+        None  # the converted tagger's folder (default: the cache), or its softmax weights (.npy)
+    )
 
 
 class Corpus:
@@ -163,23 +167,45 @@ def evaluate_tokens(
     return score(labels, [LABELS[i] for i in pred]).micro_f1
 
 
-def with_pos_fusion(model: PunctModel, cfg: TrainConfig) -> PunctModel:
-    """The model with POS fusion added (``--tags``): encoder weights kept; the tag embeddings start
-    from the tagger's softmax weights (``pos_init="tagger"``) or at random; a fresh head."""
-    from dataclasses import replace
-
+def pos_embedding(tagger: str | None) -> torch.Tensor:
+    """The tagger's softmax weights (n_tags, pos_dim): from a converted tagger folder (default: the
+    cache), or from a ``.npy`` of them alone, for training where the tagger is not at hand."""
+    if tagger and tagger.endswith(".npy"):
+        return torch.from_numpy(np.load(tagger)).float()
     from .pos import Tagger
 
-    tagger = Tagger.load(cfg.tagger)
-    fused = PunctModel(replace(model.cfg, n_tags=len(tagger.tags), pos_dim=tagger.embedding.shape[1]))
+    return Tagger.load(tagger).embedding.float().cpu()
+
+
+def with_pos_fusion(model: PunctModel, cfg: TrainConfig) -> PunctModel:
+    """The model with POS fusion added (``--tags``), starting where the plain model is.
+
+    The encoder is kept; the fusion layer's output projections start at zero, so it begins as a
+    LayerNorm of [hidden state, tag embedding], and the classifier starts as the plain model's with
+    zero weights on the tag part: before training, the fused model labels as the plain one does.
+    The tag embeddings start from the tagger's softmax weights (``pos_init="tagger"``) or at
+    random with the same spread (``"random"``, the ablation).
+    """
+    from dataclasses import replace
+
+    if cfg.pos_init not in ("tagger", "random"):
+        raise ValueError(f"pos_init is 'tagger' or 'random', not {cfg.pos_init!r}")
+    embedding = pos_embedding(cfg.tagger)
+    fused = PunctModel(replace(model.cfg, n_tags=embedding.shape[0], pos_dim=embedding.shape[1]))
     encoder = {k: v for k, v in model.state_dict().items() if not k.startswith("head.")}
     missing, unexpected = fused.load_state_dict(encoder, strict=False)
     if unexpected or not all(k.startswith(("tag_emb.", "fusion.", "head.")) for k in missing):
         raise ValueError(f"cannot add POS fusion to this model: {unexpected or missing}")
-    if cfg.pos_init == "tagger":
-        fused.init_pos_embedding(tagger.embedding)
-    elif cfg.pos_init != "random":
-        raise ValueError(f"pos_init is 'tagger' or 'random', not {cfg.pos_init!r}")
+    if cfg.pos_init == "random":
+        embedding = torch.randn_like(embedding) * embedding.std()
+    fused.init_pos_embedding(embedding)
+    with torch.no_grad():
+        for linear in (fused.fusion.attn.out, fused.fusion.fc_out):
+            linear.weight.zero_()
+            linear.bias.zero_()
+        fused.head.weight.zero_()
+        fused.head.weight[:, : model.cfg.n_embd] = model.head.weight
+        fused.head.bias.copy_(model.head.bias)
     return fused
 
 
@@ -221,6 +247,7 @@ def write_summary(run: str | Path, machine: str) -> dict[str, object]:
         "dev_f1_offline": best["dev_f1_offline"],
         "dev_words": state_cfg["dev_words"],
         "machine": machine,
+        "start": state_cfg.get("init") or state_cfg.get("encoder") or "the encoder",
         "config": {k: v for k, v in state_cfg.items() if k not in ("train", "dev", "out", "encoder", "init")},
         "curve": records,
     }
@@ -261,8 +288,12 @@ def train(cfg: TrainConfig) -> Path:
     dev_tokens, dev_labels = dev_tokens[: cfg.dev_words], dev_labels[: cfg.dev_words]
     print(f"corpus {len(corpus):,} words, dev {len(dev_tokens):,} words, prepared in {time.time() - t0:.0f}s")
 
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "emb" not in n]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2 or "emb" in n]
+    if cfg.freeze_encoder:  # no gradient reaches the encoder: a step costs about a forward pass
+        for name, p in model.named_parameters():
+            p.requires_grad_(not name.startswith(ENCODER))
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    decay = [p for n, p in trainable if p.ndim >= 2 and "emb" not in n]
+    no_decay = [p for n, p in trainable if p.ndim < 2 or "emb" in n]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr
     )

@@ -10,10 +10,13 @@ import pytest
 import torch
 
 from streampunct import Punctuator
-from streampunct.errors import InputError
+from streampunct.errors import CheckpointError, InputError
 from streampunct.model import ModelConfig, PunctModel
 from streampunct.pieces import WordPieces
-from streampunct.punctuator import DEFAULT_CHECKPOINT, token_logits
+from streampunct.punctuator import DEFAULT_CHECKPOINT, token_logits, window_logits
+from streampunct.stream import Lookahead, PunctStream, Word
+from streampunct.text import normalize_text
+from tests.test_stream import check_events, run_stream, varied_words
 
 WORDS = "so today i want to talk about a small village in kenya what would you do there every morning".split()
 
@@ -93,20 +96,77 @@ def test_a_fused_model_without_tags_is_a_clear_error(fused):
     with pytest.raises(InputError, match="fuses POS tags"):
         token_logits(fused.model, fused.pieces, ["hello", "there"], 2)
     with pytest.raises(InputError, match="fuses POS tags"):
-        fused.stream(lookahead=2)
+        PunctStream(fused.model, fused.pieces, Lookahead(2))
+    with pytest.raises(CheckpointError, match="6 POS tags"):
+        fused.stream(lookahead=2)  # the tagger has 53 tags: this model cannot take them
 
 
-def test_predict_tags_the_words_with_the_real_tagger():
-    """A fused model with the tagger's 53 tags: predict() tags the tokens itself, under the same lookahead."""
+@pytest.fixture(scope="module")
+def tagged() -> Punctuator:
+    """A random fused model over the real tagger's 53 tags, its head biased so labels vary."""
     from streampunct.pos import Tagger
 
     torch.manual_seed(0)
     cfg = ModelConfig(n_layer=2, n_head=2, n_embd=32, n_inner=64, block=16, context=8, dropout=0.0, n_tags=53)
     model = PunctModel(cfg).eval()
     model.init_pos_embedding(Tagger.load().embedding)
-    p = Punctuator(model, WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", cfg.max_pieces))
+    return Punctuator(model, WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", cfg.max_pieces))
+
+
+def test_predict_tags_the_words_with_the_real_tagger(tagged):
+    """predict() on a fused model tags the tokens itself, under the same lookahead."""
     words = "so what did you do today i went home".split()
     for k in (0, 2, None):
-        labels = p.predict(words, lookahead=k)
+        labels = tagged.predict(words, lookahead=k)
         assert len(labels) == len(words) and set(labels) <= {"O", "COMMA", "PERIOD", "QUESTION"}
-    assert p._tagger is not None and p._tagger.tag(words, 2)[:3] == ["RB", "WP", "VBD"]
+    assert tagged.tagger is not None and tagged.tagger.tag(words, 2)[:3] == ["RB", "WP", "VBD"]
+
+
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_a_fused_stream_equals_predict(tagged, k):
+    words = varied_words(300, seed=20 + k)
+    finals = run_stream(tagged.stream(lookahead=k), words, seed=k)
+    expected = tagged.predict(words, lookahead=k)
+    assert [finals[i] for i in range(len(words))] == expected
+    assert len(set(expected)) >= 2  # the labels vary: the comparison means something
+
+
+def test_a_fused_stream_keeps_fusion_rows_that_match_a_batch(tagged):
+    words = varied_words(60, seed=5)
+    s = tagged.stream(lookahead=2)
+    s.push(words)
+    tokens, _ = normalize_text(words)
+    tags = tagged.tagger.tag_ids(tokens, 2)
+    size = tagged.model.cfg.block
+    block = (s._final_tokens - 1) // size  # the block of the last final token
+    start, window = s._window_start(block), s._windows[block]
+    ids = tagged.pieces.encode(tokens)
+    assert s._final_tokens - block * size >= 4
+    for t in range(block * size, s._final_tokens):  # final decisions kept their fusion rows
+        torch.testing.assert_close(
+            window.logits(t - start, tags[start : t + 1]),
+            window_logits(tagged.model, ids, t, 2, tags=tags),
+            atol=1e-5,
+            rtol=0,
+        )
+    assert window.fusion_keys.shape[2] == s._final_tokens - start
+
+
+def test_a_fused_stream_takes_revisions_and_time_limits(tagged):
+    s = tagged.stream(lookahead=2)
+    finals: dict[int, str] = {}
+    check_events(s.push(["we", "don't", "know"]), finals)  # "do" final, "don't" not
+    assert s.n_final == 1
+    check_events(s.revise(1, ["never", "know", "it", "so", "we", "left"]), finals)
+    check_events(s.finish(), finals)
+    words = ["we", "never", "know", "it", "so", "we", "left"]
+    assert [finals[i] for i in range(len(words))] == tagged.predict(words, lookahead=2)
+
+    timed = tagged.stream(lookahead=2, max_delay_ms=500)
+    finals = {}
+    check_events(timed.push([Word("so", 0.0, 1.0), Word("we", 1.0, 1.2)]), finals)
+    check_events(timed.tick(1.6), finals)  # "so" is past its deadline: decided with "we" alone
+    assert sorted(finals) == [0]
+    check_events(timed.push([Word("left", 1.6, 2.0)]), finals)
+    check_events(timed.finish(), finals)
+    assert sorted(finals) == [0, 1, 2]

@@ -9,7 +9,7 @@ import torch
 
 from streampunct import pos
 from streampunct.errors import CheckpointError
-from streampunct.pos import Tagger
+from streampunct.pos import Tagger, TagStream
 
 TEXT = (
     "well i think that the meeting is on monday but i am not sure so can you send me the report "
@@ -64,6 +64,40 @@ def test_stream_equals_batch(tagger, k):
     got += stream.finish()
     assert [j for j, _ in got] == list(range(len(TEXT)))
     assert [tag for _, tag in got] == tagger.tag(TEXT, lookahead=k)
+
+
+@pytest.mark.parametrize("k", [0, 2])
+def test_stream_takes_back_words_as_if_never_pushed(tagger, k):
+    revised = TEXT[:20] + "what about the other ones".split()
+    stream = tagger.stream(k)
+    got = [out for w in TEXT[:24] for out in stream.push(w)]
+    stream.truncate(20 - 1)  # one final word back (k=0) and the open ones
+    stream.truncate(20)  # words at and after the stream's end: nothing to do
+    got = [g for g in got if g[0] < 19]
+    for w in revised[19:]:
+        got += stream.push(w)
+    got += stream.finish()
+    assert [j for j, _ in got] == list(range(len(revised)))
+    assert [tag for _, tag in got] == tagger.tag(revised, lookahead=k)
+
+
+def test_stream_shows_tags_before_they_are_final(tagger):
+    stream = tagger.stream(2)
+    for w in TEXT[:10]:
+        stream.push(w)
+    batch = tagger.tag(TEXT[:10], lookahead=2)
+    assert stream.peek() == batch[8:]  # as if the text ended here
+    assert len(stream.provisional()) == 2 and all(t in tagger.tags for t in stream.provisional())
+    assert [tag for _, tag in stream.finish()] == batch[8:]
+
+
+def test_stream_keeps_old_words_final(tagger):
+    stream = tagger.stream(0)
+    for w in TEXT[: TagStream.UNDO + 2]:
+        stream.push(w)
+    stream.truncate(2)  # UNDO words back: fine
+    with pytest.raises(ValueError, match="stay final"):
+        stream.truncate(1)
 
 
 def test_offline_tags_a_long_text_in_segments(tagger):

@@ -59,13 +59,17 @@ def test_train_continues_a_checkpoint(corpus, tmp_path):
     assert len(labels) == 2 and set(labels) <= {"O", "COMMA", "PERIOD", "QUESTION"}
 
 
-@pytest.mark.parametrize("pos_init", ["tagger", "random"])
-def test_train_adds_pos_fusion(corpus, tmp_path, pos_init):
+@pytest.mark.parametrize("pos_init, weights_alone", [("tagger", False), ("random", False), ("tagger", True)])
+def test_train_adds_pos_fusion(corpus, tmp_path, pos_init, weights_alone):
     tags = str(corpus / "tags.npy")
-    best = train(config(corpus, tmp_path, tags=tags, dev_tags=tags, pos_init=pos_init))
+    embedding = Tagger.load().embedding
+    tagger = None
+    if weights_alone:  # the tagger's softmax weights alone, as on a machine without the tagger
+        tagger = str(tmp_path / "pos_embedding.npy")
+        np.save(tagger, embedding.float().numpy())
+    best = train(config(corpus, tmp_path / "run", tags=tags, dev_tags=tags, pos_init=pos_init, tagger=tagger))
     p = Punctuator.load(best, device="cpu")
     assert p.model.cfg.n_tags == 53 and p.model.cfg.pos_dim == 512
-    embedding = Tagger.load().embedding
     started_from_tagger = torch.allclose(p.model.tag_emb.weight, embedding, atol=0.05)
     assert started_from_tagger == (pos_init == "tagger")  # two small steps move it little
     assert len(p.predict("so what did you do today".split(), lookahead=2)) == 6

@@ -1,0 +1,183 @@
+"""POS-fusion ablation (Shi et al. 2021, Tables 2 and 3): no POS / random POS embeddings / POS
+fusion initialised from the tagger, at k=0, k=2 and offline, on IWSLT2011 test Ref and ASR.
+
+    python benchmarks/pos_ablation.py --data ../shared/data/iwslt \\
+        --model "no POS=runs/base" --model "random POS=runs/random" --model "POS fusion=runs/fused" \\
+        [--tags DIR] [--device cuda] [--stream-words 1000] [--readme]
+    python benchmarks/pos_ablation.py --readme --from-json benchmarks/results/pos_ablation.json
+
+A fused model is scored with the tags inference makes: the streaming tagger at the same
+lookahead (offline tags offline). They come from the tagger, or from ``--tags DIR`` holding
+``{set}_tags.npy`` (offline) and ``{set}_k{K}_tags.npy`` made by ``streampunct tag --lookahead K``.
+Each fused model is also scored at k > 0 with offline tags, which a stream cannot have: the
+difference is what training on offline tags costs at inference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import machine, update_readme, write_json  # noqa: E402
+
+from streampunct import Punctuator, score  # noqa: E402
+from streampunct.punctuator import label_tokens  # noqa: E402
+from streampunct.text import LABELS, normalize_labeled, read_iwslt  # noqa: E402
+
+SETS = {"Ref": "test2011", "ASR": "test2011asr"}
+MODES: list[int | None] = [0, 2, None]
+
+
+def mode_name(k: int | None) -> str:
+    return "offline" if k is None else f"k={k}"
+
+
+class Tags:
+    """Tag ids of a test set's tokens at a lookahead: from files, else from the tagger."""
+
+    def __init__(self, folder: str | None):
+        self.folder = Path(folder) if folder else None
+        self.tagger = None
+
+    def __call__(self, file_name: str, tokens: list[str], k: int | None) -> list[int]:
+        if self.folder is not None:
+            suffix = "" if k is None else f"_k{k}"
+            ids = np.load(self.folder / f"{file_name}{suffix}_tags.npy").tolist()
+            if len(ids) != len(tokens):
+                raise SystemExit(f"{file_name}{suffix}_tags.npy has {len(ids)} tags for {len(tokens)} tokens")
+            return ids
+        if self.tagger is None:
+            from streampunct.pos import Tagger
+
+            self.tagger = Tagger.load()
+        return self.tagger.tag_ids(tokens, k)
+
+
+def measure(args: argparse.Namespace) -> dict:
+    tags = Tags(args.tags)
+    data = {name: normalize_labeled(*read_iwslt(Path(args.data) / f)) for name, f in SETS.items()}
+    models = []
+    rows = []
+    for spec in args.model:
+        name, _, folder = spec.partition("=")
+        p = Punctuator.load(folder, device=args.device)
+        fused = bool(p.model.cfg.n_tags)
+        training_file = Path(folder) / "training.json"
+        training = json.loads(training_file.read_text()) if training_file.is_file() else None
+        models.append({"name": name, "path": folder, "fused": fused, "training": training})
+        for set_name, (tokens, labels) in data.items():
+            for k in MODES:
+                t0 = time.perf_counter()
+                ids = tags(SETS[set_name], tokens, k) if fused else None
+                report = score(labels, [LABELS[i] for i in label_tokens(p.model, p.pieces, tokens, k, ids)])
+                row = {"model": name, "set": set_name, "mode": mode_name(k), **report.to_dict()}
+                if fused and k is not None:
+                    oracle = tags(SETS[set_name], tokens, None)
+                    pred = label_tokens(p.model, p.pieces, tokens, k, oracle)
+                    row["micro_f1_offline_tags"] = score(labels, [LABELS[i] for i in pred]).micro_f1
+                rows.append(row)
+                print(
+                    f"{name:12} {set_name:4} {mode_name(k):8} micro-F1 {report.micro_f1:5.1f}"
+                    f"  ({time.perf_counter() - t0:.1f}s)",
+                    flush=True,
+                )
+        if args.stream_words:
+            models[-1]["stream_ms"] = stream_cost(p, data["Ref"][0][: args.stream_words])
+            print(f"{name:12} stream k=2: {models[-1]['stream_ms']}", flush=True)
+    return {"machine": machine(), "device": args.device, "models": models, "results": rows}
+
+
+def stream_cost(p: Punctuator, words: list[str], k: int = 2) -> dict[str, float]:
+    """Compute time per pushed word of one stream (p50, p99, ms), the tagger's work included."""
+    s = p.stream(lookahead=k)
+    times = []
+    for w in words:
+        t0 = time.perf_counter()
+        s.push([w])
+        times.append(1000 * (time.perf_counter() - t0))
+    s.finish()
+    times.sort()
+    return {"p50": round(times[len(times) // 2], 1), "p99": round(times[int(0.99 * len(times))], 1)}
+
+
+def table(payload: dict) -> str:
+    names = [m["name"] for m in payload["models"]]
+    base = names[0]
+    by_key = {(r["model"], r["set"], r["mode"]): r for r in payload["results"]}
+    lines = [
+        "| set | mode | model | COMMA F1 | PERIOD F1 | QUESTION F1 | micro-F1 | vs "
+        + base
+        + " | with offline tags |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for set_name in SETS:
+        for k in MODES:
+            mode = mode_name(k)
+            ref = by_key[(base, set_name, mode)]["micro_f1"]
+            for name in names:
+                r = by_key[(name, set_name, mode)]
+                delta = "" if name == base else f"{r['micro_f1'] - ref:+.1f}"
+                oracle = f"{r['micro_f1_offline_tags']:.1f}" if "micro_f1_offline_tags" in r else ""
+                lines.append(
+                    f"| {set_name} | {mode} | {name} | {r['COMMA']['f1']:.1f} | {r['PERIOD']['f1']:.1f} | "
+                    f"{r['QUESTION']['f1']:.1f} | **{r['micro_f1']:.1f}** | {delta} | {oracle} |"
+                )
+    m = payload["machine"]
+    where = m["gpu"] if payload.get("device", "cpu").startswith("cuda") and m.get("gpu") else m["cpu"]
+    lines += ["", f"Scored {m['date']} on {where} (torch {m['torch']}), `python benchmarks/pos_ablation.py`."]
+    costs = [
+        f"{x['name']} {x['stream_ms']['p50']} ms p50, {x['stream_ms']['p99']} ms p99"
+        for x in payload["models"]
+        if "stream_ms" in x
+    ]
+    if costs:
+        lines.append(
+            f"Compute time per pushed word of one k=2 stream, tagging included ({m['cores']} cores, "
+            f"{m['torch_threads']} torch threads): " + "; ".join(costs) + "."
+        )
+    for model in payload["models"]:
+        t = model.get("training")
+        if t:
+            stage = t.get("stages", [t])[-1]
+            cfg = stage["config"]
+            init = f", POS embeddings {cfg['pos_init']}" if cfg.get("tags") else ""
+            lines.append(
+                f"- {model['name']}: {stage['steps']:,} steps of {cfg['batch']} windows from "
+                f"{stage.get('start', 'the encoder')}{init}, {stage['train_seconds'] / 60:.1f} min on "
+                f"{stage['machine']}; dev2012 micro-F1 {stage['dev_f1_k2']:.1f} at k=2, "
+                f"{stage['dev_f1_offline']:.1f} offline."
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", help="folder with test2011 and test2011asr")
+    ap.add_argument("--model", action="append", default=[], help="NAME=DIR, the baseline first")
+    ap.add_argument("--tags", help="folder of precomputed tag ids (default: tag with the tagger)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument(
+        "--stream-words", type=int, default=0, help="also time a k=2 stream of this many words per model"
+    )
+    ap.add_argument("--from-json", help="rewrite the README table from a saved result")
+    ap.add_argument("--readme", action="store_true", help="also rewrite the README's ablation table")
+    args = ap.parse_args()
+    if args.from_json:
+        payload = json.loads(Path(args.from_json).read_text())
+    else:
+        if not args.data or len(args.model) < 2:
+            ap.error("--data and at least two --model NAME=DIR (the baseline first) are needed")
+        payload = measure(args)
+        print(f"wrote {write_json('pos_ablation.json', payload)}")
+    if args.readme:
+        update_readme("pos-ablation", table(payload))
+
+
+if __name__ == "__main__":
+    main()
