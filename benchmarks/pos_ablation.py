@@ -122,7 +122,7 @@ def table(payload: dict) -> str:
             ref = by_key[(base, set_name, mode)]["micro_f1"]
             for name in names:
                 r = by_key[(name, set_name, mode)]
-                delta = "" if name == base else f"{r['micro_f1'] - ref:+.1f}"
+                delta = "" if name == base else f"{round(r['micro_f1'] - ref, 1) + 0.0:+.1f}"
                 oracle = f"{r['micro_f1_offline_tags']:.1f}" if "micro_f1_offline_tags" in r else ""
                 lines.append(
                     f"| {set_name} | {mode} | {name} | {r['COMMA']['f1']:.1f} | {r['PERIOD']['f1']:.1f} | "
@@ -146,12 +146,14 @@ def table(payload: dict) -> str:
         if t:
             stage = t.get("stages", [t])[-1]
             cfg = stage["config"]
-            init = f", POS embeddings {cfg['pos_init']}" if cfg.get("tags") else ""
+            how = f", POS embeddings from {cfg['pos_init']}" if cfg.get("tags") else ""
+            how += ", encoder frozen" if cfg.get("freeze_encoder") else ""
+            stages = f", the last of {len(t['stages'])} training stages" if "stages" in t else ""
             lines.append(
-                f"- {model['name']}: {stage['steps']:,} steps of {cfg['batch']} windows from "
-                f"{stage.get('start', 'the encoder')}{init}, {stage['train_seconds'] / 60:.1f} min on "
-                f"{stage['machine']}; dev2012 micro-F1 {stage['dev_f1_k2']:.1f} at k=2, "
-                f"{stage['dev_f1_offline']:.1f} offline."
+                f"- {model['name']}{stages}: {stage['steps']:,} steps of {cfg['batch']} "
+                f"windows from {stage.get('start', 'the encoder')}{how}, {stage['train_seconds'] / 60:.1f} "
+                f"min on {stage['machine']}; dev2012 (first {stage['dev_words']:,} words) micro-F1 "
+                f"{stage['dev_f1_k2']:.1f} at k=2, {stage['dev_f1_offline']:.1f} offline."
             )
     return "\n".join(lines)
 
