@@ -14,6 +14,7 @@ from streampunct.errors import CheckpointError, InputError
 from streampunct.model import ModelConfig, PunctModel
 from streampunct.pieces import WordPieces
 from streampunct.punctuator import DEFAULT_CHECKPOINT, token_logits, window_logits
+from streampunct.scheduler import Job, run_batch
 from streampunct.stream import Lookahead, PunctStream, Word
 from streampunct.text import normalize_text
 from tests.test_stream import check_events, run_stream, varied_words
@@ -170,3 +171,15 @@ def test_a_fused_stream_takes_revisions_and_time_limits(tagged):
     check_events(timed.push([Word("left", 1.6, 2.0)]), finals)
     check_events(timed.finish(), finals)
     assert sorted(finals) == [0, 1, 2]
+
+
+def test_fused_streams_batch_with_plain_ones(tagged, tiny):
+    """The scheduler's batch over fused and plain streams (two models) gives each stream's events."""
+    specs = [(tagged, 2), (tiny, 1), (tagged, 0)]
+    texts = [varied_words(120, seed=30 + i) for i in range(len(specs))]
+    alone = [p.stream(lookahead=k) for p, k in specs]
+    batched = [p.stream(lookahead=k) for p, k in specs]
+    for start in range(0, 120, 3):
+        jobs = [Job(s, "push", t[start : start + 3]) for s, t in zip(batched, texts)]
+        assert run_batch(jobs) == [s.push(t[start : start + 3]) for s, t in zip(alone, texts)]
+    assert run_batch([Job(s, "finish") for s in batched]) == [s.finish() for s in alone]
