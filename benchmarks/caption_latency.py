@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, update_readme, write_json  # noqa: E402
+from common import machine, percentile, update_readme, write_json  # noqa: E402
 
 from clients.file import load_audio, stream_file  # noqa: E402
 
@@ -33,11 +33,6 @@ def word_latencies(result) -> list[float]:
         elif msg["type"] == "caption":
             out += [clock - ends[i] for i in range(msg["first"], msg["last"] + 1) if i in ends]
     return out
-
-
-def q(xs: list[float], f: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(f * len(s)))]
 
 
 def main() -> None:
@@ -94,7 +89,7 @@ def main() -> None:
         "max_delay_ms": args.max_delay_ms,
         "words": len(all_words),
         "median_s": statistics.median(all_words),
-        "p95_s": q(all_words, 0.95),
+        "p95_s": percentile(all_words, 95),
         "max_s": max(all_words),
         "clips": per_clip,
     }

@@ -6,6 +6,8 @@ import json
 import os
 import platform
 import re
+import time
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -34,6 +36,28 @@ def machine() -> dict[str, object]:
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
     }
     return info
+
+
+def percentile(xs: Iterable[float], q: float) -> float:
+    """The q-th percentile (0-100) of xs, nearest rank."""
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q / 100 * len(s)))]
+
+
+def time_each(call: Callable[[object], object], items: Iterable[object]) -> list[float]:
+    """Seconds taken by ``call(item)`` for each item, one call at a time."""
+    times = []
+    for item in items:
+        t0 = time.perf_counter()
+        call(item)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def device_suffix(device: object) -> str:
+    """ "" on the CPU, "_cuda" on a GPU: results on each live side by side."""
+    kind = str(device).split(":")[0]
+    return "" if kind == "cpu" else f"_{kind}"
 
 
 def write_json(name: str, payload: dict[str, object]) -> Path:

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, update_readme, write_json  # noqa: E402
+from common import machine, percentile, update_readme, write_json  # noqa: E402
 
 from streampunct import Punctuator  # noqa: E402
 from streampunct.stream import Word  # noqa: E402
@@ -75,9 +75,8 @@ def simulate(p: Punctuator, words: list[Word], k: int, max_delay_ms: float | Non
 
 
 def summary(xs: list[float]) -> dict[str, float]:
-    s = sorted(xs)
-    q = lambda f: s[min(len(s) - 1, int(f * len(s)))]  # noqa: E731
-    return {"p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": s[-1], "mean": statistics.fmean(s)}
+    p = {f"p{q}": percentile(xs, q) for q in (50, 90, 99)}
+    return {**p, "max": max(xs), "mean": statistics.fmean(xs)}
 
 
 def main() -> None:

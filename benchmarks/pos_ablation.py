@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, update_readme, write_json  # noqa: E402
+from common import machine, percentile, update_readme, write_json  # noqa: E402
+from stream_latency import time_pushes  # noqa: E402
 
 from streampunct import Punctuator, score  # noqa: E402
 from streampunct.punctuator import label_tokens  # noqa: E402
@@ -95,15 +96,8 @@ def measure(args: argparse.Namespace) -> dict:
 
 def stream_cost(p: Punctuator, words: list[str], k: int = 2) -> dict[str, float]:
     """Compute time per pushed word of one stream (p50, p99, ms), the tagger's work included."""
-    s = p.stream(lookahead=k)
-    times = []
-    for w in words:
-        t0 = time.perf_counter()
-        s.push([w])
-        times.append(1000 * (time.perf_counter() - t0))
-    s.finish()
-    times.sort()
-    return {"p50": round(times[len(times) // 2], 1), "p99": round(times[int(0.99 * len(times))], 1)}
+    times = time_pushes(p, words, k)
+    return {f"p{q}": round(1000 * percentile(times, q), 1) for q in (50, 99)}
 
 
 def table(payload: dict) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, update_readme, write_json  # noqa: E402
+from common import device_suffix, machine, update_readme, write_json  # noqa: E402
 
 from streampunct import Punctuator, read_iwslt  # noqa: E402
 from streampunct.scheduler import Batcher  # noqa: E402
@@ -97,7 +97,7 @@ def main() -> None:
         "streams_sustained": lo,
         "runs": runs,
     }
-    name = "stream_capacity.json" if p.device.type == "cpu" else f"stream_capacity_{p.device.type}.json"
+    name = f"stream_capacity{device_suffix(p.device)}.json"
     print(f"{p.device} sustains {lo} streams; wrote {write_json(name, payload)}")
     if args.readme:
         update_readme(*readme_section(payload))

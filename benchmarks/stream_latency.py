@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import torch  # noqa: E402
-from common import machine, update_readme, write_json  # noqa: E402
+from common import device_suffix, machine, percentile, time_each, update_readme, write_json  # noqa: E402
 
 from streampunct import Punctuator, read_iwslt  # noqa: E402
 from streampunct.punctuator import window_logits  # noqa: E402
@@ -32,18 +32,10 @@ def rss_mb() -> float:
     return pages * 4096 / 2**20
 
 
-def percentile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q / 100 * len(xs)))]
-
-
 def time_pushes(p: Punctuator, words: list[str], k: int) -> list[float]:
+    """Seconds per push of one stream fed a word at a time."""
     s = p.stream(lookahead=k)
-    times = []
-    for w in words:
-        t0 = time.perf_counter()
-        s.push([w])
-        times.append(time.perf_counter() - t0)
+    times = time_each(lambda w: s.push([w]), words)
     s.finish()
     return times
 
@@ -125,10 +117,10 @@ def main() -> None:
         "one_core_mean_push_ms_k2": 1000 * one_core,
         "streams_per_core_at_3_words_per_s": int(1 / (3 * one_core)),
     }
-    name = "stream_latency.json" if p.device.type == "cpu" else f"stream_latency_{p.device.type}.json"
-    print(f"wrote {write_json(name, payload)}")
+    suffix = device_suffix(p.device)
+    print(f"wrote {write_json(f'stream_latency{suffix}.json', payload)}")
     if args.readme:
-        update_readme("stream" if p.device.type == "cpu" else f"stream-{p.device.type}", table(payload))
+        update_readme("stream" + suffix.replace("_", "-"), table(payload))
 
 
 def table(payload: dict) -> str:

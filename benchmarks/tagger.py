@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, update_readme, write_json  # noqa: E402
+from common import machine, percentile, time_each, update_readme, write_json  # noqa: E402
 
 from streampunct.pos import Tagger  # noqa: E402
 
@@ -48,11 +48,8 @@ def accuracy(pred: list[list[str]], gold: list[list[str]]) -> float:
 
 
 def push_times(tagger: Tagger, words: list[str], k: int) -> list[float]:
-    stream, times = tagger.stream(k), []
-    for w in words:
-        t0 = time.perf_counter()
-        stream.push(w)
-        times.append(time.perf_counter() - t0)
+    stream = tagger.stream(k)
+    times = time_each(stream.push, words)
     stream.finish()
     return times
 
@@ -89,11 +86,11 @@ def main() -> None:
 
     sample = [w for doc in words for w in doc][: args.pushes]
     push_times(tagger, sample[:100], 2)  # warm-up
-    times = sorted(push_times(tagger, sample, 2))
+    times = push_times(tagger, sample, 2)
     cost = {
         "pushes": len(times),
-        "p50_ms": 1000 * times[len(times) // 2],
-        "p99_ms": 1000 * times[int(0.99 * len(times))],
+        "p50_ms": 1000 * percentile(times, 50),
+        "p99_ms": 1000 * percentile(times, 99),
         "mean_ms": 1000 * statistics.fmean(times),
     }
     print(f"stream k=2 cost per word: {cost}", flush=True)

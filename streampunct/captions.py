@@ -41,7 +41,6 @@ class Captioner:
         self.words: dict[int, Word] = {}
         self._line: list[tuple[Word, str]] = []
         self._chars = 0
-        self._full = False  # reached line_chars: closes before or after the next word
         self._first = 0
         self._previous: str | None = None
         self._sentence_start = True
@@ -58,7 +57,7 @@ class Captioner:
                 continue
             word = self.words.pop(e.index, Word(e.word))
             width = len(word.text.strip())
-            if self._full and not (e.label != "O" and self._chars + 1 + width <= self.max_chars):
+            if self._full() and not (e.label != "O" and self._chars + 1 + width <= self.max_chars):
                 lines.append(self._close())  # this word begins the next line
             if not self._line:
                 self._first = e.index
@@ -66,8 +65,6 @@ class Captioner:
             self._chars += width + (1 if len(self._line) > 1 else 0)
             if self._closes(e.label):
                 lines.append(self._close())
-            else:
-                self._full = self.line_chars is not None and self._chars >= self.line_chars
         return lines
 
     def flush(self) -> list[Caption]:
@@ -78,6 +75,10 @@ class Captioner:
         if label in ("O", "COMMA"):
             self._line[-1] = (word, "PERIOD")
         return [self._close()]
+
+    def _full(self) -> bool:
+        """The line has reached ``line_chars``: it closes before or after the next word."""
+        return self.line_chars is not None and self._chars >= self.line_chars
 
     def _closes(self, label: str) -> bool:
         if label in ("PERIOD", "QUESTION") or len(self._line) >= self.max_words:
@@ -95,7 +96,6 @@ class Captioner:
         self._sentence_start = labels[-1] in ("PERIOD", "QUESTION")
         self._line = []
         self._chars = 0
-        self._full = False
         return caption
 
 

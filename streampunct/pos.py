@@ -190,6 +190,7 @@ class Tagger:
     def __init__(self, config: dict, state: dict[str, torch.Tensor]):
         state = {k: v.float() for k, v in state.items()}
         self.tags: list[str] = config["tags"]
+        self.index = {tag: i for i, tag in enumerate(self.tags)}  # tag -> id (row of the embedding)
         self.start, self.stop = self.tags.index("<START>"), self.tags.index("<STOP>")
         self.start_marker: str = config["start_marker"]
         self.char_index = {c: i for i, c in enumerate(config["chars"])}  # unknown characters: 0
@@ -289,9 +290,13 @@ class Tagger:
 
     # public
 
-    @_native_lstm
     def tag(self, words: Sequence[str], lookahead: int | None = None) -> list[str]:
         """Penn tags of ``words``; with ``lookahead=k`` each tag sees k words ahead, as a stream does."""
+        return [self.tags[i] for i in self.tag_ids(words, lookahead)]
+
+    @_native_lstm
+    def tag_ids(self, words: Sequence[str], lookahead: int | None = None) -> list[int]:
+        """:meth:`tag` as indices into ``tags`` (and rows of :attr:`embedding`)."""
         words = list(words)
         if not words:
             return []
@@ -313,16 +318,11 @@ class Tagger:
             take = 1 if a < stepped else b - a
             tags += path[:take]
             _, state = self.word_fw(x[:, :1], state)
-        return [self.tags[i] for i in tags]
-
-    def tag_ids(self, words: Sequence[str], lookahead: int | None = None) -> list[int]:
-        """:meth:`tag` as indices into ``tags`` (and rows of :attr:`embedding`)."""
-        index = {tag: i for i, tag in enumerate(self.tags)}
-        return [index[t] for t in self.tag(words, lookahead)]
+        return tags
 
     def _tag_offline(
         self, words: list[str], segment: int = 200, context: int = 16, batch: int = 64
-    ) -> list[str]:
+    ) -> list[int]:
         """Segments of ``segment`` words seen with ``context`` words on each side, batched by length."""
         n = len(words)
         by_length: dict[int, list[tuple[int, int, int]]] = {}
@@ -338,7 +338,7 @@ class Tagger:
                 x = self.reproject(torch.cat([torch.stack(forward), torch.stack(backward)], dim=2))
                 for (lo, a, hi), path in zip(chunk, self._viterbi(self._emissions(x)).tolist()):
                     tags[a:hi] = path[a - lo : hi - lo]
-        return [self.tags[i] for i in tags]
+        return tags
 
     def _viterbi(
         self, emissions: torch.Tensor, previous: int | None = None, end: bool = True
@@ -413,8 +413,7 @@ class TagStream:
         """Tags of all the words not final yet, for display: the last decision's view of them
         (free), or :meth:`peek` where no decision covers them yet."""
         if len(self._pending) != len(self.words):
-            index = {tag: i for i, tag in enumerate(self.tagger.tags)}
-            self._pending = [index[tag] for tag in self.peek()]
+            self._pending = self._path(self.words, end=True)[0] if self.words else []
         return [self.tagger.tags[i] for i in self._pending]
 
     def truncate(self, n: int) -> None:

@@ -138,7 +138,6 @@ class PunctStream:
         self._tok_label: list[int] = []  # decided tokens' labels, from _tok_base on
         # A POS-fused model: tags made as tokens arrive, under the same lookahead
         self._tag_stream = tagger.stream(policy.words) if model.cfg.n_tags and tagger else None
-        self._tag_id = {tag: i for i, tag in enumerate(tagger.tags)} if tagger else {}
         self._tok_tag: list[int] = []  # final tags' ids, from _tok_base on
         self._windows: dict[int, WindowState] = {}  # by block
         self._final_words = 0
@@ -177,7 +176,7 @@ class PunctStream:
         """End of stream: every remaining word becomes final, with the lookahead it has."""
         self._check_open()
         if self._tag_stream is not None:
-            self._tok_tag += [self._tag_id[tag] for _, tag in self._tag_stream.finish()]
+            self._tok_tag += self._tag_ids(tag for _, tag in self._tag_stream.finish())
         events = self._advance(None, flush=True)
         self._finished = True
         self._windows.clear()
@@ -238,6 +237,9 @@ class PunctStream:
             return Word(w)
         raise InputError(f"a word is a str or a Word, got {type(w).__name__}")
 
+    def _tag_ids(self, tags: Iterable[str]) -> list[int]:
+        return [self._tag_stream.tagger.index[tag] for tag in tags]  # type: ignore[union-attr]
+
     def _window_start(self, block: int) -> int:
         return max(0, block * self.model.cfg.block - self.model.cfg.context)
 
@@ -254,7 +256,7 @@ class PunctStream:
             self._ids.append(pieces)
             self._tok_word.append(index)
             if self._tag_stream is not None:
-                self._tok_tag += [self._tag_id[tag] for _, tag in self._tag_stream.push(token)]
+                self._tok_tag += self._tag_ids(tag for _, tag in self._tag_stream.push(token))
             cfg = self.model.cfg
             first = max(0, -((t - cfg.block - self._k + 1) // -cfg.block))  # ceil
             for b in range(first, (t + cfg.context) // cfg.block + 1):
@@ -297,7 +299,7 @@ class PunctStream:
             return int(self._windows[block].logits(t - start, tags, final=True).argmax())
         tags = None
         if self._tag_stream is not None:  # tags not final yet: as if the text ended at t + j
-            tags = self._tok_tag + [self._tag_id[tag] for tag in self._tag_stream.peek(t + j + 1)]
+            tags = self._tok_tag + self._tag_ids(self._tag_stream.peek(t + j + 1))
             tags += [0] * (len(self._ids) - len(tags))  # after t + j: unseen under lookahead j
         return int(window_logits(self.model, self._ids, t, j, base=self._tok_base, tags=tags).argmax())
 
@@ -338,7 +340,7 @@ class PunctStream:
         cfg = self.model.cfg
         tags = None
         if self._tag_stream is not None:  # final tags, then the tagger's current view of the rest
-            tags = self._tok_tag + [self._tag_id[tag] for tag in self._tag_stream.provisional()]
+            tags = self._tok_tag + self._tag_ids(self._tag_stream.provisional())
         for pos in range(max(0, self._final_tokens - self._tok_base), len(self._ids)):
             t = self._tok_base + pos
             i = self._tok_word[pos]

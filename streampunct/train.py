@@ -17,7 +17,7 @@ import json
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -63,9 +63,8 @@ class TrainConfig:
     dev_tags: str | None = None
     pos_init: str = "tagger"  # or "random": the ablation of Shi et al.'s Table 2
     freeze_encoder: bool = False  # train only what follows the encoder (fusion, head)
-    tagger: str | None = (
-        None  # the converted tagger's folder (default: the cache), or its softmax weights (.npy)
-    )
+    # the converted tagger's folder (default: the cache), or its softmax weights alone (.npy)
+    tagger: str | None = None
 
 
 class Corpus:
@@ -186,8 +185,6 @@ def with_pos_fusion(model: PunctModel, cfg: TrainConfig) -> PunctModel:
     The tag embeddings start from the tagger's softmax weights (``pos_init="tagger"``) or at
     random with the same spread (``"random"``, the ablation).
     """
-    from dataclasses import replace
-
     if cfg.pos_init not in ("tagger", "random"):
         raise ValueError(f"pos_init is 'tagger' or 'random', not {cfg.pos_init!r}")
     embedding = pos_embedding(cfg.tagger)
