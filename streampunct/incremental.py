@@ -11,6 +11,7 @@ attention of those rows over the window, instead of a forward pass over the whol
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 
 import torch
@@ -20,8 +21,15 @@ from .model import PunctModel, layer_lookaheads
 __all__ = ["WindowState", "compute_many"]
 
 
+CHUNK = 64  # a window's rows grow in steps of this many
+
+
 class WindowState:
-    """One block's window (``[CLS]`` + words), kept up to date as words are appended or cut."""
+    """One block's window (``[CLS]`` + words), kept up to date as words are appended or cut.
+
+    Each layer's input rows and the keys and values made from them live in one buffer, written in
+    place: a new word writes its own rows and copies nothing else.
+    """
 
     def __init__(self, model: PunctModel, lookahead: int):
         self.model = model
@@ -32,10 +40,11 @@ class WindowState:
         self.ids: list[int] = [cfg.cls_id]
         self.word_pos: list[int] = [-1]
         self.word_start: list[int] = []  # first piece of each word
-        empty = torch.zeros(1, 0, cfg.n_embd, device=self.device)
-        self.h: list[torch.Tensor] = [empty] * (cfg.n_layer + 1)  # h[0]: embeddings; h[l]: layer l
-        self.keys: list[torch.Tensor] = []  # per layer: keys of h[l-1], (1, nh, T, hs)
-        self.values: list[torch.Tensor] = []
+        # buf[l]: rows of h[l] (l = 0: embeddings; l: output of layer l); buf[L + 1 + i] and
+        # buf[2L + 1 + i]: keys and values of layer i, made from h[i]. rows[l]: rows of h[l] (and
+        # of the keys and values made from it) that are up to date.
+        self.buf = torch.zeros(3 * cfg.n_layer + 1, 0, cfg.n_embd, device=self.device)
+        self.rows = [0] * (cfg.n_layer + 1)
         self.dirty = 0  # first word whose rows are out of date
         if cfg.n_tags:  # POS fusion: keys and values of the fusion layer for the final words
             heads = cfg.fusion_heads
@@ -46,12 +55,28 @@ class WindowState:
     def n_words(self) -> int:
         return len(self.word_start)
 
+    def h(self, layer: int) -> torch.Tensor:
+        """(rows, C) input of layer ``layer`` (0: embeddings), or output of the last layer."""
+        return self.buf[layer, : self.rows[layer]]
+
+    def keys(self, layer: int) -> torch.Tensor:
+        return self.buf[self.model.cfg.n_layer + 1 + layer]
+
+    def values(self, layer: int) -> torch.Tensor:
+        return self.buf[2 * self.model.cfg.n_layer + 1 + layer]
+
     def append(self, pieces: Sequence[int]) -> None:
         if len(self.ids) + len(pieces) > self.model.cfg.max_positions:
             raise ValueError("window longer than the model's positions")
         self.word_start.append(len(self.ids))
         self.word_pos.extend([self.n_words - 1] * len(pieces))
         self.ids.extend(pieces)
+        if len(self.ids) > self.buf.shape[1]:
+            grown = self.buf.new_zeros(
+                self.buf.shape[0], -(-len(self.ids) // CHUNK) * CHUNK, self.buf.shape[2]
+            )
+            grown[:, : self.buf.shape[1]] = self.buf
+            self.buf = grown
 
     def truncate(self, n_words: int) -> None:
         """Forget words from ``n_words`` on (a revised tail)."""
@@ -59,6 +84,7 @@ class WindowState:
             return
         cut = self.word_start[n_words]
         del self.ids[cut:], self.word_pos[cut:], self.word_start[n_words:]
+        self.rows = [min(r, cut) for r in self.rows]
         self.dirty = min(self.dirty, n_words)
         if self.model.cfg.n_tags:
             self.fusion_keys = self.fusion_keys[:, :, :n_words]
@@ -70,7 +96,7 @@ class WindowState:
         return self.word_start[word] if word < self.n_words else len(self.ids)
 
     def stale(self) -> bool:
-        return self.dirty < self.n_words or any(h.shape[1] != len(self.ids) for h in self.h)
+        return self.dirty < self.n_words or self.rows[-1] != len(self.ids)
 
     def compute(self) -> None:
         """Bring every layer's rows up to date with the words now in the window."""
@@ -89,13 +115,14 @@ class WindowState:
         """
         self.compute()
         m = self.model
+        top = self.h(m.cfg.n_layer)
         if not m.cfg.n_tags:
-            return m.head(self.h[-1][0, self._last_piece(word)]).float().cpu()
+            return m.head(top[self._last_piece(word)]).float().cpu()
         if tags is None or len(tags) < word + 1:
             raise ValueError("a POS-fused model needs the tags of the window's words up to this one")
         kept = min(self.fusion_keys.shape[2], word)
         rows = list(range(kept, word + 1))
-        h = self.h[-1][:, [self._last_piece(w) for w in rows]]  # (1, n, C)
+        h = top[[self._last_piece(w) for w in rows]][None]  # (1, n, C)
         tag_ids = torch.tensor(list(tags[kept : word + 1]), dtype=torch.long, device=self.device)
         z = torch.cat([h, m.tag_emb(tag_ids)[None]], dim=-1)  # (1, n, C + pos_dim)
         k_new, v_new = m.fusion.attn.kv(z)
@@ -111,8 +138,9 @@ class WindowState:
 def compute_many(windows: Sequence[WindowState]) -> None:
     """Bring many windows up to date in one pass per layer (per model).
 
-    Each window recomputes only its stale rows (see the module docstring); the rows of all windows
-    go through each layer together, padded, so that B streams cost one batched forward pass.
+    Each window recomputes only its stale rows (see the module docstring). The rows of all windows
+    go through each layer's projections and feed-forward together, as one flat batch, so that B
+    streams cost one batched pass; attention runs per window, over that window's own keys.
     """
     todo = [w for w in windows if w.stale()]
     models = {id(w.model) for w in todo}
@@ -123,60 +151,66 @@ def compute_many(windows: Sequence[WindowState]) -> None:
     if not todo:
         return
     m, dev = todo[0].model, todo[0].device
-    B = len(todo)
+    nh = m.cfg.n_head
     T = [len(w.ids) for w in todo]
     w0 = [w.dirty for w in todo]
-    d_prev = [min(w._first_piece(w.dirty), w.h[0].shape[1]) for w in todo]
+    d_prev = [min(w._first_piece(w.dirty), w.rows[0]) for w in todo]
 
     # Embeddings of the stale pieces of every window, as one flat batch of rows.
     ids = torch.tensor([i for w, d in zip(todo, d_prev) for i in w.ids[d:]], dtype=torch.long, device=dev)
     pos = torch.tensor(
         [p for w, d in zip(todo, d_prev) for p in range(d, len(w.ids))], dtype=torch.long, device=dev
     )
-    emb = m.ln_emb(m.tok_emb(ids) + m.pos_emb(pos) + m.type_emb.weight[0])  # (sum rows, C)
-    for w, d, rows in zip(todo, d_prev, emb.split([t - d for t, d in zip(T, d_prev)])):
-        w.h[0] = torch.cat([w.h[0][:, :d], rows[None]], dim=1)  # (1, T, C)
-
-    Tk = max(T)
-    word_pos = torch.full((B, Tk), -1, dtype=torch.long, device=dev)
-    valid = torch.zeros((B, Tk), dtype=torch.bool, device=dev)
-    for b, w in enumerate(todo):
-        word_pos[b, : T[b]] = torch.tensor(w.word_pos, device=dev)
-        valid[b, : T[b]] = True
+    emb = m.ln_emb(m.tok_emb(ids) + m.pos_emb(pos) + m.type_emb.weight[0])  # (rows, C)
+    for w, d, t, rows in zip(todo, d_prev, T, emb.split([t - d for t, d in zip(T, d_prev)])):
+        w.buf[0, d:t] = rows
+        w.rows[0] = t
+    word_pos = [torch.tensor(w.word_pos, device=dev) for w in todo]
+    biases: list[dict[tuple[int | None, int], torch.Tensor]] = [{} for _ in todo]  # attention masks
+    scale = (m.cfg.n_embd // nh) ** -0.5
     for i, layer in enumerate(m.layers):
-        k_i = torch.tensor([w.ks[i] for w in todo], device=dev)[:, None, None]  # windows may differ in k
-        d = [
-            min(w._first_piece(w0[b] - w.reach[i]), w.h[i + 1].shape[1], d_prev[b])
-            for b, w in enumerate(todo)
-        ]
-        # Keys and values of the rows of h[i] that changed, then the padded caches.
-        x_kv = _pad([w.h[i][0, dp:] for w, dp in zip(todo, d_prev)])  # (B, rows, C)
-        k_new, v_new = layer.attn.kv(x_kv)  # (B, nh, rows, hs)
-        for b, w in enumerate(todo):
-            n = T[b] - d_prev[b]
-            if i < len(w.keys):
-                w.keys[i] = torch.cat([w.keys[i][:, :, : d_prev[b]], k_new[b : b + 1, :, :n]], dim=2)
-                w.values[i] = torch.cat([w.values[i][:, :, : d_prev[b]], v_new[b : b + 1, :, :n]], dim=2)
-            else:
-                w.keys.append(k_new[b : b + 1, :, :n])
-                w.values.append(v_new[b : b + 1, :, :n])
-        if B == 1:
-            keys, values = todo[0].keys[i], todo[0].values[i]
-        else:
-            keys = _pad([w.keys[i][0].transpose(0, 1) for w in todo]).transpose(1, 2)  # (B, nh, Tk, hs)
-            values = _pad([w.values[i][0].transpose(0, 1) for w in todo]).transpose(1, 2)
-        x_q = _pad([w.h[i][0, db:] for w, db in zip(todo, d)])  # (B, Tq, C)
-        q_pos = _pad([word_pos[b, db : T[b]].unsqueeze(-1) for b, db in enumerate(d)]).squeeze(-1)  # (B, Tq)
-        mask = valid[:, None, :] & (word_pos[:, None, :] <= q_pos[:, :, None] + k_i)  # (B, Tq, Tk)
-        mask[:, :, 0] = True  # padding rows see [CLS] (their output is thrown away)
-        out = layer.forward_rows(x_q, keys, values, mask[:, None, :, : keys.shape[2]])
-        for b, w in enumerate(todo):
-            w.h[i + 1] = torch.cat([w.h[i + 1][:, : d[b]], out[b : b + 1, : T[b] - d[b]]], dim=1)
+        d = [min(w._first_piece(w0[b] - w.reach[i]), w.rows[i + 1], d_prev[b]) for b, w in enumerate(todo)]
+        # Keys and values of the rows of h[i] that changed, written into each window's buffer.
+        x_kv = _cat([w.buf[i, dp:t] for w, dp, t in zip(todo, d_prev, T)])
+        k_new, v_new = layer.attn.key(x_kv), layer.attn.value(x_kv)
+        at = 0
+        for w, dp, t in zip(todo, d_prev, T):
+            w.keys(i)[dp:t], w.values(i)[dp:t] = k_new[at : at + t - dp], v_new[at : at + t - dp]
+            at += t - dp
+        # The rows of h[i] from d on attend over their window: per window, so nothing is padded.
+        x_q = _cat([w.buf[i, db:t] for w, db, t in zip(todo, d, T)])  # (rows, C)
+        q = layer.attn.query(x_q)
+        attended, at = [], 0
+        for b, (w, db, t) in enumerate(zip(todo, d, T)):
+            n = t - db
+            key = (w.ks[i], db)
+            if key not in biases[b]:  # [CLS] is word -1: every word sees it
+                allowed = word_pos[b][None, :t] <= word_pos[b][db:t, None] + w.ks[i]  # (n, t)
+                biases[b][key] = torch.where(allowed, 0.0, -math.inf)
+            scores = torch.baddbmm(
+                biases[b][key],
+                _heads(q[at : at + n], nh),
+                _heads(w.keys(i)[:t], nh).transpose(1, 2),
+                alpha=scale,
+            )  # (nh, n, t)
+            y = torch.bmm(scores.softmax(-1), _heads(w.values(i)[:t], nh))  # (nh, n, hs)
+            attended.append(y.transpose(0, 1).reshape(n, -1))
+            at += n
+        out = layer.after_attention(x_q, layer.attn.out(_cat(attended)))
+        at = 0
+        for w, db, t in zip(todo, d, T):
+            w.buf[i + 1, db:t] = out[at : at + t - db]
+            w.rows[i + 1] = t
+            at += t - db
         d_prev = d
     for w in todo:
         w.dirty = w.n_words
 
 
-def _pad(rows: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Stack (n_b, ...) tensors into (B, max n_b, ...), zero-padded."""
-    return torch.nn.utils.rnn.pad_sequence(list(rows), batch_first=True)
+def _heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
+    """(T, C) -> (n_head, T, C // n_head), a view."""
+    return x.view(x.shape[0], n_head, -1).transpose(0, 1)
+
+
+def _cat(rows: Sequence[torch.Tensor]) -> torch.Tensor:
+    return rows[0] if len(rows) == 1 else torch.cat(list(rows))

@@ -61,6 +61,53 @@ def layer_lookaheads(lookahead: int | None, n_layer: int) -> list[int | None]:
     return [base + (1 if i < extra else 0) for i in range(n_layer)]
 
 
+FEW_ROWS = 64  # up to this many rows, CPU inference multiplies with prepacked weights
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` that is quick for a few rows at a time: a stream's newest words.
+
+    In CPU inference with at most ``FEW_ROWS`` rows it multiplies by weights that oneDNN packed
+    once: on AVX2 about twice as fast as the default GEMM for 1 to 20 rows, and each row's result
+    is the same whatever rows share the call. Training, GPUs and large batches use ``F.linear``.
+    """
+
+    def __init__(self, *args: object, **kwargs: object):
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._packed: tuple[torch.Tensor, int, torch.Tensor] | None = None  # weight, version, packed
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        if (
+            _ONEDNN
+            and x.is_cpu
+            and x.numel() <= FEW_ROWS * x.shape[-1]
+            and not torch.is_grad_enabled()
+            and not self.training
+            and x.dtype == w.dtype == torch.float32
+        ):
+            packed = self._packed
+            if packed is None or packed[0] is not w or packed[1] != w._version:  # repack after a change
+                packed = self._packed = (w, w._version, torch.ops.mkldnn._reorder_linear_weight(w, 8))
+            return torch.ops.mkldnn._linear_pointwise(x, packed[2], self.bias, "none", [], "")
+        return F.linear(x, w, self.bias)
+
+    def __getstate__(self) -> dict:  # a packed weight cannot be copied; it is made again
+        return {**super().__getstate__(), "_packed": None}
+
+
+def _onednn_linear() -> bool:
+    try:
+        w = torch.ops.mkldnn._reorder_linear_weight(torch.ones(2, 2), 8)
+        y = torch.ops.mkldnn._linear_pointwise(torch.ones(1, 2), w, None, "none", [], "")
+        return bool(torch.equal(y, torch.full((1, 2), 2.0)))
+    except (AttributeError, RuntimeError):
+        return False
+
+
+_ONEDNN = torch.backends.mkldnn.is_available() and _onednn_linear()
+
+
 def attention_mask(word_pos: torch.Tensor, valid: torch.Tensor, k: int | None) -> torch.Tensor:
     """(B, T) word index per token, (B, T) validity -> (B, 1, T, T) bool: may query i see key j."""
     keys = valid[:, None, :]  # (B, 1, T)
@@ -75,10 +122,10 @@ class SelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.n_head = cfg.n_head
-        self.query = nn.Linear(cfg.n_embd, cfg.n_embd)
-        self.key = nn.Linear(cfg.n_embd, cfg.n_embd)
-        self.value = nn.Linear(cfg.n_embd, cfg.n_embd)
-        self.out = nn.Linear(cfg.n_embd, cfg.n_embd)
+        self.query = Linear(cfg.n_embd, cfg.n_embd)
+        self.key = Linear(cfg.n_embd, cfg.n_embd)
+        self.value = Linear(cfg.n_embd, cfg.n_embd)
+        self.out = Linear(cfg.n_embd, cfg.n_embd)
         self.dropout = cfg.dropout
 
     def _heads(self, y: torch.Tensor) -> torch.Tensor:
@@ -105,8 +152,8 @@ class Layer(nn.Module):
         super().__init__()
         self.attn = SelfAttention(cfg)
         self.ln_attn = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
-        self.fc_in = nn.Linear(cfg.n_embd, cfg.n_inner)
-        self.fc_out = nn.Linear(cfg.n_inner, cfg.n_embd)
+        self.fc_in = Linear(cfg.n_embd, cfg.n_inner)
+        self.fc_out = Linear(cfg.n_inner, cfg.n_embd)
         self.ln_mlp = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
         self.drop = nn.Dropout(cfg.dropout)
 
@@ -118,7 +165,11 @@ class Layer(nn.Module):
     ) -> torch.Tensor:
         """Outputs for some tokens x (B, Tq, C) given every token's keys and values at this layer:
         what an incremental stream recomputes when new words arrive."""
-        x = self.ln_attn(x + self.drop(self.attn(x, k, v, mask)))
+        return self.after_attention(x, self.attn(x, k, v, mask))
+
+    def after_attention(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """The rest of the layer: residual and LayerNorm, feed-forward, residual and LayerNorm."""
+        x = self.ln_attn(x + self.drop(attended))
         return self.ln_mlp(x + self.drop(self.fc_out(F.gelu(self.fc_in(x)))))
 
 
@@ -137,7 +188,7 @@ class PunctModel(nn.Module):
             width += cfg.pos_dim
             self.tag_emb = nn.Embedding(cfg.n_tags, cfg.pos_dim)
             self.fusion = Layer(replace(cfg, n_embd=width, n_head=cfg.fusion_heads, n_inner=2 * width))
-        self.head = nn.Linear(width, cfg.n_labels)
+        self.head = Linear(width, cfg.n_labels)
 
     def forward(
         self,
