@@ -170,16 +170,15 @@ def compute_many(windows: Sequence[WindowState]) -> None:
     scale = (m.cfg.n_embd // nh) ** -0.5
     for i, layer in enumerate(m.layers):
         d = [min(w._first_piece(w0[b] - w.reach[i]), w.rows[i + 1], d_prev[b]) for b, w in enumerate(todo)]
-        # Keys and values of the rows of h[i] that changed, written into each window's buffer.
-        x_kv = _cat([w.buf[i, dp:t] for w, dp, t in zip(todo, d_prev, T)])
-        k_new, v_new = layer.attn.key(x_kv), layer.attn.value(x_kv)
-        at = 0
-        for w, dp, t in zip(todo, d_prev, T):
-            w.keys(i)[dp:t], w.values(i)[dp:t] = k_new[at : at + t - dp], v_new[at : at + t - dp]
-            at += t - dp
-        # The rows of h[i] from d on attend over their window: per window, so nothing is padded.
+        # Queries, keys and values of the rows of h[i] from d on, in one product; their keys and
+        # values go into each window's buffer (rows before d_prev are rewritten as they were).
         x_q = _cat([w.buf[i, db:t] for w, db, t in zip(todo, d, T)])  # (rows, C)
-        q = layer.attn.query(x_q)
+        q, k_new, v_new = layer.attn.qkv(x_q).chunk(3, dim=-1)
+        at = 0
+        for w, db, t in zip(todo, d, T):
+            w.keys(i)[db:t], w.values(i)[db:t] = k_new[at : at + t - db], v_new[at : at + t - db]
+            at += t - db
+        # The rows from d on attend over their window: per window, so nothing is padded.
         attended, at = [], 0
         for b, (w, db, t) in enumerate(zip(todo, d, T)):
             n = t - db

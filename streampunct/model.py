@@ -122,9 +122,7 @@ class SelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.n_head = cfg.n_head
-        self.query = Linear(cfg.n_embd, cfg.n_embd)
-        self.key = Linear(cfg.n_embd, cfg.n_embd)
-        self.value = Linear(cfg.n_embd, cfg.n_embd)
+        self.qkv = Linear(cfg.n_embd, 3 * cfg.n_embd)  # queries, keys and values in one product
         self.out = Linear(cfg.n_embd, cfg.n_embd)
         self.dropout = cfg.dropout
 
@@ -134,12 +132,18 @@ class SelfAttention(nn.Module):
 
     def kv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of tokens x (B, T, C): each (B, nh, T, hs)."""
-        return self._heads(self.key(x)), self._heads(self.value(x))
+        _, k, v = self.qkv(x).chunk(3, dim=-1)
+        return self._heads(k), self._heads(v)
 
-    def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Attention of the tokens x (B, Tq, C) over keys and values (B, nh, Tk, hs)."""
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """Attention of the tokens x (B, Tq, C) over their own keys and values, or over given ones
+        ``kv`` (each (B, nh, Tk, hs): the tokens' keys and values kept by a stream)."""
         B, Tq, C = x.shape
-        q = self._heads(self.query(x))  # (B, nh, Tq, hs)
+        q, k, v = (self._heads(y) for y in self.qkv(x).chunk(3, dim=-1))  # (B, nh, Tq, hs)
+        if kv is not None:
+            k, v = kv
         p = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, nh, Tq, hs)
         return self.out(y.transpose(1, 2).reshape(B, Tq, C))
@@ -158,14 +162,14 @@ class Layer(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self.forward_rows(x, *self.attn.kv(x), mask)
+        return self.after_attention(x, self.attn(x, mask))
 
     def forward_rows(
         self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     ) -> torch.Tensor:
         """Outputs for some tokens x (B, Tq, C) given every token's keys and values at this layer:
         what an incremental stream recomputes when new words arrive."""
-        return self.after_attention(x, self.attn(x, k, v, mask))
+        return self.after_attention(x, self.attn(x, mask, (k, v)))
 
     def after_attention(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
         """The rest of the layer: residual and LayerNorm, feed-forward, residual and LayerNorm."""
@@ -264,7 +268,7 @@ class PunctModel(nn.Module):
         except (OSError, ValueError, TypeError) as e:
             raise CheckpointError(f"cannot read checkpoint in {d}: {e}") from e
         model = cls(cfg)
-        state = {k: v.float() for k, v in state.items()}
+        state = _fuse_qkv({k: v.float() for k, v in state.items()})
         missing, unexpected = model.load_state_dict(state, strict=False)
         if missing or unexpected:
             raise CheckpointError(f"checkpoint {d} does not fit the model: {missing or unexpected}")
@@ -310,7 +314,7 @@ class PunctModel(nn.Module):
             for ours, theirs in per_layer.items():
                 for p in ("weight", "bias"):
                     names[f"layers.{i}.{ours}.{p}"] = f"encoder.layer.{i}.{theirs}.{p}"
-        state = {ours: src[theirs] for ours, theirs in names.items()}
+        state = _fuse_qkv({ours: src[theirs] for ours, theirs in names.items()})
         nn.init.normal_(model.head.weight, std=0.02)
         nn.init.zeros_(model.head.bias)
         state["head.weight"] = model.head.weight.data
@@ -321,3 +325,14 @@ class PunctModel(nn.Module):
 
     def n_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def _fuse_qkv(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Separate query, key and value projections (BERT's, and checkpoints saved before they were
+    fused) -> one ``qkv`` projection."""
+    for name in [k for k in state if k.endswith("attn.query.weight")]:
+        prefix = name.removesuffix("query.weight")
+        for p in ("weight", "bias"):
+            parts = [state.pop(f"{prefix}{part}.{p}") for part in ("query", "key", "value")]
+            state[f"{prefix}qkv.{p}"] = torch.cat(parts)
+    return state

@@ -17,7 +17,7 @@ from streampunct.punctuator import DEFAULT_CHECKPOINT, token_logits, window_logi
 from streampunct.scheduler import Job, run_batch
 from streampunct.stream import Lookahead, PunctStream, Word
 from streampunct.text import normalize_text
-from tests.test_stream import check_events, run_stream, varied_words
+from tests.test_stream import after_revision, check_events, run_stream, varied_words
 
 WORDS = "so today i want to talk about a small village in kenya what would you do there every morning".split()
 
@@ -161,7 +161,8 @@ def test_a_fused_stream_takes_revisions_and_time_limits(tagged):
     check_events(s.revise(1, ["never", "know", "it", "so", "we", "left"]), finals)
     check_events(s.finish(), finals)
     words = ["we", "never", "know", "it", "so", "we", "left"]
-    assert [finals[i] for i in range(len(words))] == tagged.predict(words, lookahead=2)
+    expected = after_revision(tagged, ["we", "don't", "know"], 1, words)
+    assert [finals[i] for i in range(len(words))] == expected
 
     timed = tagged.stream(lookahead=2, max_delay_ms=500)
     finals = {}
