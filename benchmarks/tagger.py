@@ -1,15 +1,20 @@
 """POS tagger accuracy on ASR-style English-EWT test, offline and streaming, and its cost per word.
 
-    python benchmarks/tagger.py --ewt ../shared/data/ud_ewt [--readme]
+    python benchmarks/tagger.py --ewt ../shared/data/ud_ewt [--tagger DIR --name NAME] [--readme]
 
-ASR style is what a recogniser delivers: every word lower case, punctuation tokens (UPOS PUNCT, and
-SYM tokens with no letter or digit) removed, and no sentence boundaries: each document is tagged
-as one continuous stream of words. Tags are Penn Treebank tags, scored against EWT's XPOS column.
+Without --tagger it measures the shipped tagger (flair's, results/tagger.json); with --tagger DIR
+a candidate such as one from `streampunct train-tagger` (results/tagger_NAME.json). The README
+table shows every candidate measured.
+
+ASR style is what a recogniser delivers (:func:`streampunct.tagger_train.read_asr_style`): every word
+lower case, punctuation removed, and no sentence boundaries: each document is tagged as one
+continuous stream of words. Tags are Penn Treebank tags, scored against EWT's XPOS column.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -18,28 +23,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, percentile, time_each, update_readme, write_json  # noqa: E402
+from common import RESULTS, machine, percentile, time_each, update_readme, write_json  # noqa: E402
 
-from streampunct.pos import Tagger  # noqa: E402
-
-
-def read_asr_style(path: Path) -> list[tuple[list[str], list[str]]]:
-    """(words, Penn tags) per document of a CoNLL-U file, in ASR style."""
-    docs: list[tuple[list[str], list[str]]] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.startswith("# newdoc"):
-            docs.append(([], []))
-        cols = line.split("\t")
-        if line.startswith("#") or len(cols) != 10 or not cols[0].isdigit():
-            continue  # comments, blank lines, multiword ranges (3-4), empty nodes (8.1)
-        form, upos, xpos = cols[1], cols[3], cols[4]
-        if upos == "PUNCT" or (upos == "SYM" and not any(c.isalnum() for c in form)):
-            continue
-        if not docs:
-            docs.append(([], []))
-        docs[-1][0].append("_".join(form.lower().split()))
-        docs[-1][1].append(xpos)
-    return [d for d in docs if d[0]]
+from streampunct.pos import Tagger, ensure_tagger  # noqa: E402
+from streampunct.tagger_train import read_asr_style  # noqa: E402
 
 
 def accuracy(pred: list[list[str]], gold: list[list[str]]) -> float:
@@ -59,11 +46,13 @@ def main() -> None:
     ap.add_argument("--ewt", required=True, help="folder with en_ewt-ud-test.conllu")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--pushes", type=int, default=2000, help="timed pushes for the cost per word")
+    ap.add_argument("--tagger", help="a tagger folder to measure (default: the shipped tagger)")
+    ap.add_argument("--name", default="ewt", help="its name in results/tagger_NAME.json and the table")
     ap.add_argument("--readme", action="store_true")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
-    tagger = Tagger.load()
+    tagger = Tagger.load(args.tagger)
     docs = read_asr_style(Path(args.ewt) / "en_ewt-ud-test.conllu")
     words = [d[0] for d in docs]
     gold = [d[1] for d in docs]
@@ -96,6 +85,8 @@ def main() -> None:
     print(f"stream k=2 cost per word: {cost}", flush=True)
     payload = {
         "machine": machine(),
+        "tagger": "flair pos-english-fast" if args.tagger is None else args.name,
+        "source": json.loads((ensure_tagger(args.tagger) / "tagger.json").read_text())["source"],
         "threads": args.threads,
         "data": "UD English-EWT test, ASR style (lower case, no punctuation, documents as streams)",
         "documents": len(docs),
@@ -104,27 +95,34 @@ def main() -> None:
         "results": rows,
         "stream_cost_k2": cost,
     }
-    print(f"wrote {write_json('tagger.json', payload)}")
+    name = "tagger.json" if args.tagger is None else f"tagger_{args.name}.json"
+    print(f"wrote {write_json(name, payload)}")
     if args.readme:
-        update_readme("tagger", table(payload))
+        update_readme(
+            "tagger", table([json.loads(p.read_text()) for p in sorted(RESULTS.glob("tagger*.json"))])
+        )
 
 
-def table(payload: dict) -> str:
-    r, c, m = payload["results"], payload["stream_cost_k2"], payload["machine"]
+def table(payloads: list[dict]) -> str:
     lines = [
-        "| mode | Penn tag accuracy | agreement with offline |",
-        "|---|---|---|",
-        f"| offline (whole document) | {r['offline']['accuracy']:.2f} | |",
+        "| tagger | offline accuracy | k=0 accuracy (agreement with offline) | k=2 accuracy (agreement) "
+        "| k=2 cost p50 / p99 ms |",
+        "|---|---|---|---|---|",
     ]
-    for k in (0, 2):
-        row = r[f"k={k}"]
-        lines.append(f"| stream, k={k} | {row['accuracy']:.2f} | {row['agreement_with_offline']:.2f} |")
+    for p in payloads:
+        r, c = p["results"], p["stream_cost_k2"]
+        k0, k2 = r["k=0"], r["k=2"]
+        lines.append(
+            f"| {p.get('tagger', 'flair pos-english-fast')} | {r['offline']['accuracy']:.2f} | "
+            f"{k0['accuracy']:.2f} ({k0['agreement_with_offline']:.2f}) | "
+            f"{k2['accuracy']:.2f} ({k2['agreement_with_offline']:.2f}) | {c['p50_ms']:.1f} / {c['p99_ms']:.1f} |"
+        )
+    p, m = payloads[0], payloads[0]["machine"]
     lines += [
         "",
-        f"{payload['words']:,} words in {payload['documents']} documents of UD English-EWT test, ASR style. "
-        f"Streaming cost at k=2: {c['p50_ms']:.1f} ms a word p50, {c['p99_ms']:.1f} ms p99 "
-        f"({payload['threads']} torch thread, {m['cpu']}, {m['date']}). "
-        "`python benchmarks/tagger.py --ewt ../shared/data/ud_ewt`.",
+        f"Penn tag accuracy (%) on {p['words']:,} words in {p['documents']} documents of UD English-EWT "
+        f"test, ASR style; cost per pushed word with {p['threads']} torch thread ({m['cpu']}, {m['date']}). "
+        "`python benchmarks/tagger.py --ewt ../shared/data/ud_ewt [--tagger DIR --name NAME]`.",
     ]
     return "\n".join(lines)
 

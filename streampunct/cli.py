@@ -131,6 +131,23 @@ def cmd_tag(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train_tagger(args: argparse.Namespace) -> int:
+    from .tagger_train import TaggerTrainConfig, train_tagger
+
+    if args.ewt is None:
+        raise DataFormatError(f"give --ewt DIR (or set {DATA_ENV})")
+    cfg = TaggerTrainConfig(
+        ewt=args.ewt,
+        out=args.out,
+        steps=args.steps,
+        train_reproject=args.train_reproject,
+        seed=args.seed,
+        threads=args.threads,
+    )
+    print(f"tagger: {train_tagger(cfg)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="streampunct", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -157,6 +174,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tagger", help="converted tagger folder (default: fetched into the cache)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (a GPU tags 5 M tokens in a minute)")
     p.set_defaults(run=cmd_tag)
+
+    p = sub.add_parser("train-tagger", help="fine-tune the POS tagger on UD English-EWT in ASR style")
+    p.add_argument("--ewt", default=_data_default("ud_ewt"), help=f"default: ${DATA_ENV}/ud_ewt")
+    p.add_argument("--out", required=True, help="folder for the trained tagger (Tagger.load(OUT))")
+    p.add_argument("--steps", type=int, default=800)
+    p.add_argument("--train-reproject", action="store_true", help="train the reprojection layer too")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.set_defaults(run=cmd_train_tagger)
 
     p = sub.add_parser("train", help="train a checkpoint (resumes from OUT/last.pt)")
     p.add_argument(

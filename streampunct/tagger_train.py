@@ -1,0 +1,244 @@
+"""Fine-tune the POS tagger on what the plugin sees: UD English-EWT in ASR style.
+
+flair's tagger was trained on cased, punctuated news; a recogniser's words are lower case and
+unpunctuated. This keeps the tagger's two character language models as they are and trains the
+rest (the word BiLSTM, the output layer and the CRF; optionally the reprojection) on EWT's train
+set turned into ASR style (:func:`read_asr_style`), starting from flair's weights. The result is a
+tagger folder in the same format, so :meth:`Tagger.load(directory) <streampunct.pos.Tagger.load>`
+and every POS option take it unchanged.
+
+Training sees documents as streams: random spans of consecutive words, cut anywhere (sentence
+boundaries are invisible in ASR output), and the character LM vectors are computed once per
+100-word segment and kept (they do not train).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from .errors import DataFormatError
+from .pos import Tagger, ensure_tagger
+
+__all__ = ["read_asr_style", "TaggerTrainConfig", "train_tagger"]
+
+SEGMENT = 100  # words per span whose character LM vectors are computed together
+
+
+def read_asr_style(path: str | Path) -> list[tuple[list[str], list[str]]]:
+    """(words, Penn tags) per document of a CoNLL-U file, in ASR style: every word lower case,
+    punctuation tokens (UPOS PUNCT, and SYM tokens with no letter or digit) removed."""
+    p = Path(path)
+    if not p.is_file():
+        raise DataFormatError("no such file", str(p))
+    docs: list[tuple[list[str], list[str]]] = []
+    for line in p.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# newdoc"):
+            docs.append(([], []))
+        cols = line.split("\t")
+        if line.startswith("#") or len(cols) != 10 or not cols[0].isdigit():
+            continue  # comments, blank lines, multiword ranges (3-4), empty nodes (8.1)
+        form, upos, xpos = cols[1], cols[3], cols[4]
+        if upos == "PUNCT" or (upos == "SYM" and not any(c.isalnum() for c in form)):
+            continue
+        if not docs:
+            docs.append(([], []))
+        docs[-1][0].append("_".join(form.lower().split()))
+        docs[-1][1].append(xpos)
+    return [d for d in docs if d[0]]
+
+
+@dataclass(frozen=True)
+class TaggerTrainConfig:
+    ewt: str  # folder with en_ewt-ud-{train,dev}.conllu
+    out: str  # where the trained tagger goes (tagger.json, tagger.safetensors)
+    steps: int = 800
+    batch: int = 32
+    lr: float = 5e-4
+    span: tuple[int, int] = (4, 100)  # words per training span, drawn uniformly
+    train_reproject: bool = False
+    eval_every: int = 250
+    seed: int = 0
+    threads: int = 0
+
+
+class _Trainable(nn.Module):
+    """The tagger's word-level half, with gradients: reprojection, BiLSTM, output layer, CRF."""
+
+    def __init__(self, tagger: Tagger):
+        super().__init__()
+        self.reproject = _copy(tagger.reproject)
+        self.word_fw, self.word_bw = _copy(tagger.word_fw), _copy(tagger.word_bw)
+        self.out = _copy(tagger.out)
+        self.transitions = nn.Parameter(tagger.transitions.clone())  # [to, from]
+        self.start, self.stop = tagger.start, tagger.stop
+
+    def emissions(self, lm: torch.Tensor) -> torch.Tensor:
+        """(B, n, 2048) character LM vectors -> (B, n, n_tags), as Tagger._emissions."""
+        x = self.reproject(lm)
+        hf, _ = self.word_fw(x)
+        hb, _ = self.word_bw(torch.flip(x, dims=[1]))
+        return self.out(torch.cat([hf, torch.flip(hb, dims=[1])], dim=2))
+
+    def nll(self, emissions: torch.Tensor, tags: torch.Tensor) -> torch.Tensor:
+        """Mean CRF negative log-likelihood per word of equal-length spans (B, n)."""
+        tr = self.transitions
+        B, n, _ = emissions.shape
+        alpha = emissions[:, 0] + tr[:, self.start]
+        for t in range(1, n):
+            alpha = torch.logsumexp(alpha[:, None, :] + tr[None], dim=2) + emissions[:, t]
+        log_z = torch.logsumexp(alpha + tr[self.stop], dim=1)
+        gold = emissions.gather(2, tags[..., None])[..., 0].sum(1)
+        gold = gold + tr[tags[:, 0], self.start] + tr[self.stop, tags[:, -1]]
+        gold = gold + tr[tags[:, 1:], tags[:, :-1]].sum(1)
+        return (log_z - gold).sum() / (B * n)
+
+
+def _copy(module: nn.Module) -> nn.Module:
+    import copy
+
+    return copy.deepcopy(module).requires_grad_(True).train()
+
+
+def _lm_vectors(
+    tagger: Tagger, docs: list[tuple[list[str], list[str]]]
+) -> list[tuple[torch.Tensor, list[int]]]:
+    """Per segment of up to SEGMENT words: (n, 2048) fp16 character LM vectors, tag ids."""
+    segments = [
+        (words[a : a + SEGMENT], tags[a : a + SEGMENT])
+        for words, tags in docs
+        for a in range(0, len(words), SEGMENT)
+    ]
+    out = []
+    unknown = tagger.index["<unk>"]
+    with torch.no_grad():
+        for i in range(0, len(segments), 32):
+            chunk = segments[i : i + 32]
+            spans = [w for w, _ in chunk]
+            fw, bw = tagger._forward_vectors(spans), tagger._backward_vectors(spans)
+            for (_, tags), f, b in zip(chunk, fw, bw):
+                ids = [tagger.index.get(t, unknown) for t in tags]  # EWT's GW is not a Penn tag
+                out.append((torch.cat([f, b], dim=1).half(), ids))
+            print(
+                f"\rcharacter LM vectors: {min(i + 32, len(segments))}/{len(segments)} segments",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
+    print(file=sys.stderr)
+    return out
+
+
+def _spans(
+    segments: list[tuple[torch.Tensor, list[int]]], cfg: TaggerTrainConfig, rng: random.Random
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Batches of ``cfg.batch`` spans of one random length, cut anywhere in the segments."""
+    longest = max(len(ids) for _, ids in segments)
+    while True:
+        n = min(rng.randint(*cfg.span), longest)  # spans of one length: no padding in the CRF
+        fits = [s for s in segments if len(s[1]) >= n]
+        xs, ys = [], []
+        for lm, ids in rng.choices(fits, weights=[len(ids) - n + 1 for _, ids in fits], k=cfg.batch):
+            a = rng.randint(0, len(ids) - n)
+            xs.append(lm[a : a + n].float())
+            ys.append(torch.tensor(ids[a : a + n]))
+        yield torch.stack(xs), torch.stack(ys)
+
+
+def _accuracy(model: _Trainable, tagger: Tagger, segments: list[tuple[torch.Tensor, list[int]]]) -> float:
+    right = total = 0
+    tagger.transitions = model.transitions.detach()  # Viterbi with the CRF being trained
+    model.eval()
+    with torch.no_grad():
+        for lm, ids in segments:
+            path = tagger._viterbi(model.emissions(lm.float()[None]))[0].tolist()
+            right += sum(p == g for p, g in zip(path, ids))
+            total += len(ids)
+    model.train()
+    return 100 * right / total
+
+
+def train_tagger(cfg: TaggerTrainConfig) -> Path:
+    """Fine-tune and save the tagger; returns its folder."""
+    from safetensors.torch import load_file, save_file
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+    source = ensure_tagger()
+    tagger = Tagger.load(source)
+    ewt = Path(cfg.ewt)
+    train_docs = read_asr_style(ewt / "en_ewt-ud-train.conllu")
+    dev_docs = read_asr_style(ewt / "en_ewt-ud-dev.conllu")
+    t0 = time.perf_counter()
+    train, dev = _lm_vectors(tagger, train_docs), _lm_vectors(tagger, dev_docs)
+    print(
+        f"character LM vectors of {sum(len(i) for _, i in train):,} + {sum(len(i) for _, i in dev):,} "
+        f"words in {time.perf_counter() - t0:.0f}s",
+        file=sys.stderr,
+    )
+
+    model = _Trainable(tagger)
+    model.reproject.requires_grad_(cfg.train_reproject)
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
+    best = _accuracy(model, tagger, dev)
+    print(f"dev accuracy before: {best:.2f}", file=sys.stderr)
+    best_state = {k: v.clone() for k, v in model.state_dict().items()}
+    batches = _spans(train, cfg, rng)
+    t0, seen = time.perf_counter(), 0
+    for step in range(1, cfg.steps + 1):
+        x, y = next(batches)
+        for g in opt.param_groups:  # linear decay to zero
+            g["lr"] = cfg.lr * (1 - (step - 1) / cfg.steps)
+        loss = model.nll(model.emissions(x), y)
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        opt.step()
+        seen += y.numel()
+        print(
+            f"\rstep {step}/{cfg.steps} loss {loss.item():.3f} {seen / (time.perf_counter() - t0):.0f} words/s",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            acc = _accuracy(model, tagger, dev)
+            print(f"\nstep {step}: dev accuracy {acc:.2f}", file=sys.stderr, flush=True)
+            if acc > best:
+                best, best_state = acc, {k: v.clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(best_state)
+
+    # The same format as the converted flair tagger: its character LMs, the trained rest.
+    state = load_file(str(source / "tagger.safetensors"))
+    names = {
+        "embedding2nn.weight": model.reproject.weight,
+        "embedding2nn.bias": model.reproject.bias,
+        "linear.weight": model.out.weight,
+        "linear.bias": model.out.bias,
+        "crf.transitions": model.transitions,
+    }
+    for suffix, lstm in (("", model.word_fw), ("_reverse", model.word_bw)):
+        for p in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
+            names[f"rnn.{p}{suffix}"] = getattr(lstm, p)
+    for key, value in names.items():
+        state[key] = value.detach().to(torch.float16).contiguous()
+    config = json.loads((source / "tagger.json").read_text())
+    config["source"] += (
+        f"; word BiLSTM and CRF fine-tuned on UD English-EWT train in ASR style (dev {best:.2f} %)"
+    )
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(state, str(out / "tagger.safetensors"))
+    (out / "tagger.json").write_text(json.dumps(config, ensure_ascii=False, indent=1) + "\n")
+    print(f"tagger saved in {out} (dev accuracy {best:.2f} %)", file=sys.stderr)
+    return out
