@@ -68,8 +68,9 @@ class Linear(nn.Linear):
     """``nn.Linear`` that is quick for a few rows at a time: a stream's newest words.
 
     In CPU inference with at most ``FEW_ROWS`` rows it multiplies by weights that oneDNN packed
-    once: on AVX2 about twice as fast as the default GEMM for 1 to 20 rows, and each row's result
-    is the same whatever rows share the call. Training, GPUs and large batches use ``F.linear``.
+    once: on an AVX2 CPU 1.3 to 2.4 times as fast as the default GEMM for 20 down to 3 rows, and
+    each row's result is the same whatever rows share the call. Training, GPUs and large batches
+    use ``F.linear``.
     """
 
     def __init__(self, *args: object, **kwargs: object):

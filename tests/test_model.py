@@ -1,0 +1,43 @@
+"""The model's building blocks: the fast few-row product, and checkpoints from before QKV fusion."""
+
+import copy
+
+import torch
+
+from streampunct.model import FEW_ROWS, Linear, PunctModel
+
+
+def test_few_rows_give_the_plain_product_and_follow_weight_changes():
+    torch.manual_seed(0)
+    layer = Linear(96, 160).eval()
+    x = torch.randn(FEW_ROWS + 8, 96)
+    with torch.no_grad():
+        full = layer(x)  # more than FEW_ROWS rows: the plain product
+        torch.testing.assert_close(full, torch.nn.functional.linear(x, layer.weight, layer.bias))
+        few = torch.cat([layer(x[i : i + 3]) for i in range(0, 9, 3)])  # the prepacked product
+        torch.testing.assert_close(few, full[:9], atol=1e-5, rtol=0)
+        assert torch.equal(layer(x[:1]), layer(x[:5])[:1])  # a row's result ignores its neighbours
+        layer.weight.mul_(2)  # changed in place (as load_state_dict does): packed again
+        torch.testing.assert_close(layer(x[:3]), 2 * full[:3] - layer.bias, atol=1e-4, rtol=0)
+    twin = copy.deepcopy(layer)  # a packed weight is not copied, it is made again
+    with torch.no_grad():
+        assert torch.equal(twin(x[:3]), layer(x[:3]))
+    x.requires_grad_(True)
+    layer.train()(x[:3]).sum().backward()  # training takes the plain product, with gradients
+    assert x.grad is not None and layer.weight.grad is not None
+
+
+def test_checkpoints_with_separate_query_key_value_load(tmp_path, shipped):
+    model = shipped.model
+    model.save(tmp_path)
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(str(tmp_path / "model.safetensors"))
+    for name in [k for k in state if k.endswith("attn.qkv.weight") or k.endswith("attn.qkv.bias")]:
+        prefix, p = name.rsplit("qkv.", 1)
+        for part, chunk in zip(("query", "key", "value"), state.pop(name).chunk(3)):
+            state[f"{prefix}{part}.{p}"] = chunk.contiguous()
+    save_file(state, str(tmp_path / "model.safetensors"))
+    old = PunctModel.load(tmp_path)
+    for (name, a), b in zip(model.state_dict().items(), old.state_dict().values()):
+        torch.testing.assert_close(a, b, atol=1e-3, rtol=1e-3, msg=name)  # the fp16 round trip
