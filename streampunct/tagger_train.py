@@ -14,6 +14,7 @@ boundaries are invisible in ASR output), and the character LM vectors are comput
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import sys
@@ -103,8 +104,6 @@ class _Trainable(nn.Module):
 
 
 def _copy(module: nn.Module) -> nn.Module:
-    import copy
-
     return copy.deepcopy(module).requires_grad_(True).train()
 
 
