@@ -102,7 +102,7 @@ def _onednn_linear() -> bool:
         w = torch.ops.mkldnn._reorder_linear_weight(torch.ones(2, 2), 8)
         y = torch.ops.mkldnn._linear_pointwise(torch.ones(1, 2), w, None, "none", [], "")
         return bool(torch.equal(y, torch.full((1, 2), 2.0)))
-    except (AttributeError, RuntimeError):
+    except (AttributeError, RuntimeError, TypeError, NotImplementedError):  # a private op: may change
         return False
 
 
