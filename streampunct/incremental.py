@@ -125,13 +125,14 @@ class WindowState:
         h = top[[self._last_piece(w) for w in rows]][None]  # (1, n, C)
         tag_ids = torch.tensor(list(tags[kept : word + 1]), dtype=torch.long, device=self.device)
         z = torch.cat([h, m.tag_emb(tag_ids)[None]], dim=-1)  # (1, n, C + pos_dim)
-        k_new, v_new = m.fusion.attn.kv(z)
+        q, k_new, v_new = m.fusion.attn.project(z)  # (1, heads, n, hs)
         keys = torch.cat([self.fusion_keys[:, :, :kept], k_new], dim=2)
         values = torch.cat([self.fusion_values[:, :, :kept], v_new], dim=2)
         if final:
             self.fusion_keys, self.fusion_values = keys, values
         everything = torch.ones(1, 1, 1, word + 1, dtype=torch.bool, device=self.device)
-        return m.head(m.fusion.forward_rows(z[:, -1:], keys, values, everything)[0, 0]).float().cpu()
+        attended = m.fusion.attn.attend(q[:, :, -1:], keys, values, everything)
+        return m.head(m.fusion.after_attention(z[:, -1:], attended)[0, 0]).float().cpu()
 
 
 @torch.no_grad()

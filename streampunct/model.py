@@ -131,23 +131,21 @@ class SelfAttention(nn.Module):
         B, T, C = y.shape
         return y.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
 
-    def kv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values of tokens x (B, T, C): each (B, nh, T, hs)."""
-        _, k, v = self.qkv(x).chunk(3, dim=-1)
-        return self._heads(k), self._heads(v)
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values of tokens x (B, T, C): each (B, nh, T, hs)."""
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        return self._heads(q), self._heads(k), self._heads(v)
 
-    def forward(
-        self, x: torch.Tensor, mask: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor] | None = None
-    ) -> torch.Tensor:
-        """Attention of the tokens x (B, Tq, C) over their own keys and values, or over given ones
-        ``kv`` (each (B, nh, Tk, hs): the tokens' keys and values kept by a stream)."""
-        B, Tq, C = x.shape
-        q, k, v = (self._heads(y) for y in self.qkv(x).chunk(3, dim=-1))  # (B, nh, Tq, hs)
-        if kv is not None:
-            k, v = kv
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Queries (B, nh, Tq, hs) over keys and values (B, nh, Tk, hs) -> (B, Tq, C). A stream
+        passes the keys and values it kept with the new tokens' queries."""
+        B, _, Tq, _ = q.shape
         p = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, nh, Tq, hs)
-        return self.out(y.transpose(1, 2).reshape(B, Tq, C))
+        return self.out(y.transpose(1, 2).reshape(B, Tq, -1))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.attend(*self.project(x), mask)
 
 
 class Layer(nn.Module):
@@ -165,15 +163,9 @@ class Layer(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.after_attention(x, self.attn(x, mask))
 
-    def forward_rows(
-        self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
-    ) -> torch.Tensor:
-        """Outputs for some tokens x (B, Tq, C) given every token's keys and values at this layer:
-        what an incremental stream recomputes when new words arrive."""
-        return self.after_attention(x, self.attn(x, mask, (k, v)))
-
     def after_attention(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
-        """The rest of the layer: residual and LayerNorm, feed-forward, residual and LayerNorm."""
+        """The rest of the layer: residual and LayerNorm, feed-forward, residual and LayerNorm. A
+        stream computes attention its own way (kept keys and values) and then this."""
         x = self.ln_attn(x + self.drop(attended))
         return self.ln_mlp(x + self.drop(self.fc_out(F.gelu(self.fc_in(x)))))
 

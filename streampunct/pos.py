@@ -225,6 +225,21 @@ class Tagger:
         d = ensure_tagger(directory)
         return cls(json.loads((d / "tagger.json").read_text()), load_file(str(d / "tagger.safetensors")))
 
+    def word_level(self) -> dict[str, torch.Tensor]:
+        """The tensors after the character LMs (reprojection, word BiLSTM, output layer, CRF), by
+        their names in ``tagger.safetensors``: what fine-tuning trains and saves."""
+        tensors = {
+            "embedding2nn.weight": self.reproject.weight,
+            "embedding2nn.bias": self.reproject.bias,
+            "linear.weight": self.out.weight,
+            "linear.bias": self.out.bias,
+            "crf.transitions": self.transitions,
+        }
+        for suffix, lstm in (("", self.word_fw), ("_reverse", self.word_bw)):
+            for p in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
+                tensors[f"rnn.{p}{suffix}"] = getattr(lstm, p)
+        return tensors
+
     @property
     def embedding(self) -> torch.Tensor:
         """(n_tags, 512) the softmax weights: one vector per tag, for POS embeddings."""

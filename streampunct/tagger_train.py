@@ -14,7 +14,6 @@ boundaries are invisible in ASR output), and the character LM vectors are comput
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 import sys
@@ -71,40 +70,19 @@ class TaggerTrainConfig:
     threads: int = 0
 
 
-class _Trainable(nn.Module):
-    """The tagger's word-level half, with gradients: reprojection, BiLSTM, output layer, CRF."""
-
-    def __init__(self, tagger: Tagger):
-        super().__init__()
-        self.reproject = _copy(tagger.reproject)
-        self.word_fw, self.word_bw = _copy(tagger.word_fw), _copy(tagger.word_bw)
-        self.out = _copy(tagger.out)
-        self.transitions = nn.Parameter(tagger.transitions.clone())  # [to, from]
-        self.start, self.stop = tagger.start, tagger.stop
-
-    def emissions(self, lm: torch.Tensor) -> torch.Tensor:
-        """(B, n, 2048) character LM vectors -> (B, n, n_tags), as Tagger._emissions."""
-        x = self.reproject(lm)
-        hf, _ = self.word_fw(x)
-        hb, _ = self.word_bw(torch.flip(x, dims=[1]))
-        return self.out(torch.cat([hf, torch.flip(hb, dims=[1])], dim=2))
-
-    def nll(self, emissions: torch.Tensor, tags: torch.Tensor) -> torch.Tensor:
-        """Mean CRF negative log-likelihood per word of equal-length spans (B, n)."""
-        tr = self.transitions
-        B, n, _ = emissions.shape
-        alpha = emissions[:, 0] + tr[:, self.start]
-        for t in range(1, n):
-            alpha = torch.logsumexp(alpha[:, None, :] + tr[None], dim=2) + emissions[:, t]
-        log_z = torch.logsumexp(alpha + tr[self.stop], dim=1)
-        gold = emissions.gather(2, tags[..., None])[..., 0].sum(1)
-        gold = gold + tr[tags[:, 0], self.start] + tr[self.stop, tags[:, -1]]
-        gold = gold + tr[tags[:, 1:], tags[:, :-1]].sum(1)
-        return (log_z - gold).sum() / (B * n)
-
-
-def _copy(module: nn.Module) -> nn.Module:
-    return copy.deepcopy(module).requires_grad_(True).train()
+def _crf_nll(tagger: Tagger, emissions: torch.Tensor, tags: torch.Tensor) -> torch.Tensor:
+    """Mean CRF negative log-likelihood per word of equal-length spans (B, n), with the tagger's
+    transitions ([to, from], as its Viterbi reads them)."""
+    tr = tagger.transitions
+    B, n, _ = emissions.shape
+    alpha = emissions[:, 0] + tr[:, tagger.start]
+    for t in range(1, n):
+        alpha = torch.logsumexp(alpha[:, None, :] + tr[None], dim=2) + emissions[:, t]
+    log_z = torch.logsumexp(alpha + tr[tagger.stop], dim=1)
+    gold = emissions.gather(2, tags[..., None])[..., 0].sum(1)
+    gold = gold + tr[tags[:, 0], tagger.start] + tr[tagger.stop, tags[:, -1]]
+    gold = gold + tr[tags[:, 1:], tags[:, :-1]].sum(1)
+    return (log_z - gold).sum() / (B * n)
 
 
 def _lm_vectors(
@@ -152,16 +130,13 @@ def _spans(
         yield torch.stack(xs), torch.stack(ys)
 
 
-def _accuracy(model: _Trainable, tagger: Tagger, segments: list[tuple[torch.Tensor, list[int]]]) -> float:
+def _accuracy(tagger: Tagger, segments: list[tuple[torch.Tensor, list[int]]]) -> float:
     right = total = 0
-    tagger.transitions = model.transitions.detach()  # Viterbi with the CRF being trained
-    model.eval()
     with torch.no_grad():
         for lm, ids in segments:
-            path = tagger._viterbi(model.emissions(lm.float()[None]))[0].tolist()
+            path = tagger._viterbi(tagger._emissions(tagger.reproject(lm.float()[None])))[0].tolist()
             right += sum(p == g for p, g in zip(path, ids))
             total += len(ids)
-    model.train()
     return 100 * right / total
 
 
@@ -186,22 +161,26 @@ def train_tagger(cfg: TaggerTrainConfig) -> Path:
         file=sys.stderr,
     )
 
-    model = _Trainable(tagger)
-    model.reproject.requires_grad_(cfg.train_reproject)
-    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
-    best = _accuracy(model, tagger, dev)
+    # The word level trains in place, in the tagger itself: its own emissions and Viterbi.
+    tagger.transitions = tagger.transitions.clone()
+    weights = tagger.word_level()
+    trained = [w for name, w in weights.items() if cfg.train_reproject or not name.startswith("embedding2nn")]
+    for w in trained:
+        w.requires_grad_(True)
+    opt = torch.optim.Adam(trained, lr=cfg.lr)
+    best = _accuracy(tagger, dev)
     print(f"dev accuracy before: {best:.2f}", file=sys.stderr)
-    best_state = {k: v.clone() for k, v in model.state_dict().items()}
+    best_weights = {k: w.detach().clone() for k, w in weights.items()}
     batches = _spans(train, cfg, rng)
     t0, seen = time.perf_counter(), 0
     for step in range(1, cfg.steps + 1):
         x, y = next(batches)
         for g in opt.param_groups:  # linear decay to zero
             g["lr"] = cfg.lr * (1 - (step - 1) / cfg.steps)
-        loss = model.nll(model.emissions(x), y)
+        loss = _crf_nll(tagger, tagger._emissions(tagger.reproject(x)), y)
         opt.zero_grad()
         loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        nn.utils.clip_grad_norm_(trained, 5.0)
         opt.step()
         seen += y.numel()
         print(
@@ -211,26 +190,14 @@ def train_tagger(cfg: TaggerTrainConfig) -> Path:
             flush=True,
         )
         if step % cfg.eval_every == 0 or step == cfg.steps:
-            acc = _accuracy(model, tagger, dev)
+            acc = _accuracy(tagger, dev)
             print(f"\nstep {step}: dev accuracy {acc:.2f}", file=sys.stderr, flush=True)
             if acc > best:
-                best, best_state = acc, {k: v.clone() for k, v in model.state_dict().items()}
-    model.load_state_dict(best_state)
+                best, best_weights = acc, {k: w.detach().clone() for k, w in weights.items()}
 
     # The same format as the converted flair tagger: its character LMs, the trained rest.
     state = load_file(str(source / "tagger.safetensors"))
-    names = {
-        "embedding2nn.weight": model.reproject.weight,
-        "embedding2nn.bias": model.reproject.bias,
-        "linear.weight": model.out.weight,
-        "linear.bias": model.out.bias,
-        "crf.transitions": model.transitions,
-    }
-    for suffix, lstm in (("", model.word_fw), ("_reverse", model.word_bw)):
-        for p in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
-            names[f"rnn.{p}{suffix}"] = getattr(lstm, p)
-    for key, value in names.items():
-        state[key] = value.detach().to(torch.float16).contiguous()
+    state.update({k: w.to(torch.float16).contiguous() for k, w in best_weights.items()})
     config = json.loads((source / "tagger.json").read_text())
     config["source"] += (
         f"; word BiLSTM and CRF fine-tuned on UD English-EWT train in ASR style (dev {best:.2f} %)"
