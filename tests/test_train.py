@@ -1,13 +1,15 @@
 """Training runs end to end on a small corpus made here: plain, and with POS fusion."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
-from streampunct import Punctuator
-from streampunct.pos import Tagger
+from streampunct import CheckpointError, Punctuator
+from streampunct.pos import Tagger, ensure_tagger
 from streampunct.punctuator import DEFAULT_CHECKPOINT
 from streampunct.train import TrainConfig, train
 
@@ -73,6 +75,29 @@ def test_train_adds_pos_fusion(corpus, tmp_path, pos_init, weights_alone):
     started_from_tagger = torch.allclose(p.model.tag_emb.weight, embedding, atol=0.05)
     assert started_from_tagger == (pos_init == "tagger")  # two small steps move it little
     assert len(p.predict("so what did you do today".split(), lookahead=2)) == 6
+    assert not (best / "tagger").exists()  # flair's tagger: fetched into the cache, not copied
+
+
+def test_a_fused_checkpoint_keeps_the_tagger_it_trained_with(corpus, tmp_path):
+    """A tagger other than flair's (here one biased to say UH) travels with the checkpoint, so the
+    model streams with the tags it learnt; ``tagger=`` still chooses another."""
+    own = tmp_path / "own-tagger"
+    shutil.copytree(ensure_tagger(), own)
+    weights = load_file(str(own / "tagger.safetensors"))
+    tags = json.loads((own / "tagger.json").read_text())["tags"]
+    weights["linear.bias"][tags.index("UH")] += 100
+    save_file(weights, str(own / "tagger.safetensors"))
+    data = str(corpus / "tags.npy")
+    best = train(config(corpus, tmp_path / "run", tags=data, dev_tags=data, tagger=str(own)))
+    assert (best / "tagger" / "tagger.json").is_file()
+
+    words = "so what did you do today".split()
+    p = Punctuator.load(best, device="cpu")
+    assert p.tagger.tag(words) == ["UH"] * 6
+    flair = Punctuator.load(best, device="cpu", tagger=ensure_tagger())
+    assert flair.tagger.tag(words)[:3] == ["RB", "WP", "VBD"]
+    with pytest.raises(CheckpointError, match="not a converted tagger"):
+        Punctuator.load(best, device="cpu", tagger=tmp_path / "nowhere")
 
 
 def test_tags_must_fit_the_corpus(corpus, tmp_path):
