@@ -80,6 +80,29 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Tune a checkpoint's decision offsets per lookahead on dev data; rewrites its config.json."""
+    from .calibrate import calibrate
+    from .punctuator import DEFAULT_CHECKPOINT, Punctuator
+    from .text import normalize_labeled, read_iwslt
+
+    if args.dev is None:
+        raise DataFormatError(f"give --dev FILE (or set {DATA_ENV})")
+    tokens, labels = normalize_labeled(*read_iwslt(args.dev))
+    tokens, labels = tokens[: args.words], labels[: args.words]
+    if not tokens:
+        raise EmptyInputError(f"no words in {args.dev}")
+    folder = Path(args.model) if args.model else DEFAULT_CHECKPOINT
+    p = Punctuator.load(folder, device=args.device)
+    print(f"calibrating {folder} on {len(tokens):,} words of {args.dev}")
+    report = calibrate(p, tokens, labels)
+    p.model.save_config(folder)
+    summary = {"dev": Path(args.dev).name, "words": len(tokens), "modes": report}
+    (folder / "calibration.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"wrote {folder / 'config.json'} (label_bias) and {folder / 'calibration.json'}")
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from dataclasses import fields
 
@@ -164,6 +187,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object, values in percent")
     _add_mode(p)
     p.set_defaults(run=cmd_evaluate)
+
+    p = sub.add_parser(
+        "calibrate", help="tune the decision offsets per lookahead on dev data (rewrites config.json)"
+    )
+    p.add_argument(
+        "--dev", default=_data_default("iwslt", "dev2012"), help=f"default: ${DATA_ENV}/iwslt/dev2012"
+    )
+    p.add_argument(
+        "--model", metavar="DIR", help="checkpoint folder, changed in place (default: the shipped model)"
+    )
+    p.add_argument("--words", type=int, default=60000, help="dev words to tune on (default: 60,000)")
+    p.add_argument("--device", default="auto")
+    p.set_defaults(run=cmd_calibrate)
 
     p = sub.add_parser("tag", help="POS tags of a word<TAB>LABEL file's tokens (.npy), for --tags in train")
     p.add_argument("data", help="word<TAB>LABEL file")

@@ -34,6 +34,7 @@ class WindowState:
     def __init__(self, model: PunctModel, lookahead: int):
         self.model = model
         cfg = model.cfg
+        self.lookahead = lookahead
         self.ks = layer_lookaheads(lookahead, cfg.n_layer)
         self.reach = list(itertools.accumulate(self.ks))  # type: ignore[arg-type]
         self.device = next(model.parameters()).device
@@ -107,7 +108,8 @@ class WindowState:
 
     @torch.no_grad()
     def logits(self, word: int, tags: Sequence[int] | None = None, final: bool = False) -> torch.Tensor:
-        """(n_labels,) logits of a word of this window, as its words stand now.
+        """(n_labels,) logits of a word of this window, as its words stand now (with the model's
+        decision offsets for the window's lookahead).
 
         A POS-fused model also takes the tag ids of the window's words up to ``word``. Its fusion
         layer looks back only, so once ``word`` and its tag are final (``final=True``) the fusion
@@ -117,7 +119,7 @@ class WindowState:
         m = self.model
         top = self.h(m.cfg.n_layer)
         if not m.cfg.n_tags:
-            return m.head(top[self._last_piece(word)]).float().cpu()
+            return m.biased(m.head(top[self._last_piece(word)]).float().cpu(), self.lookahead)
         if tags is None or len(tags) < word + 1:
             raise ValueError("a POS-fused model needs the tags of the window's words up to this one")
         kept = min(self.fusion_keys.shape[2], word)
@@ -132,7 +134,9 @@ class WindowState:
             self.fusion_keys, self.fusion_values = keys, values
         everything = torch.ones(1, 1, 1, word + 1, dtype=torch.bool, device=self.device)
         attended = m.fusion.attn.attend(q[:, :, -1:], keys, values, everything)
-        return m.head(m.fusion.after_attention(z[:, -1:], attended)[0, 0]).float().cpu()
+        return m.biased(
+            m.head(m.fusion.after_attention(z[:, -1:], attended)[0, 0]).float().cpu(), self.lookahead
+        )
 
 
 @torch.no_grad()

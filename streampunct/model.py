@@ -14,6 +14,7 @@ the model with :meth:`PunctModel.load`.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
@@ -49,6 +50,11 @@ class ModelConfig:
     n_tags: int = 0
     pos_dim: int = 512  # the tagger's softmax weights are (n_tags, 512)
     fusion_heads: int = 8
+    # Offsets added to the logits before a decision, one row per lookahead (k = 0, 1, ..., the
+    # last calibrated k also serving every larger one) and a last row for offline. A model trained
+    # on cross-entropy marks too rarely where it sees little ahead; `streampunct calibrate` tunes
+    # these on dev data (calibrate.py). Empty: the plain argmax.
+    label_bias: tuple[tuple[float, ...], ...] = ()
 
 
 def layer_lookaheads(lookahead: int | None, n_layer: int) -> list[int | None]:
@@ -186,6 +192,25 @@ class PunctModel(nn.Module):
             self.tag_emb = nn.Embedding(cfg.n_tags, cfg.pos_dim)
             self.fusion = Layer(replace(cfg, n_embd=width, n_head=cfg.fusion_heads, n_inner=2 * width))
         self.head = Linear(width, cfg.n_labels)
+        self.set_label_bias(cfg.label_bias)
+
+    def set_label_bias(self, rows: Sequence[Sequence[float]]) -> None:
+        """Replace the decision offsets (``ModelConfig.label_bias``); ``()`` removes them."""
+        if rows and (len(rows) < 2 or any(len(row) != self.cfg.n_labels for row in rows)):
+            raise ValueError(
+                f"label_bias needs a row of {self.cfg.n_labels} offsets for each lookahead from k=0 "
+                f"and one for offline, got {[len(row) for row in rows]}"
+            )
+        self.cfg = replace(self.cfg, label_bias=tuple(tuple(float(x) for x in row) for row in rows))
+        self._label_bias = torch.tensor(self.cfg.label_bias) if rows else None
+
+    def biased(self, logits: torch.Tensor, lookahead: int | None) -> torch.Tensor:
+        """CPU logits (..., n_labels) plus the decision offsets of ``lookahead``: what decisions
+        take the argmax of."""
+        if self._label_bias is None:
+            return logits
+        rows = self._label_bias
+        return logits + rows[-1 if lookahead is None else min(lookahead, len(rows) - 2)]
 
     def forward(
         self,
@@ -243,10 +268,15 @@ class PunctModel(nn.Module):
         from safetensors.torch import save_file
 
         d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "config.json").write_text(json.dumps(asdict(self.cfg), indent=2) + "\n")
+        self.save_config(d)
         state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in self.state_dict().items()}
         save_file(state, str(d / "model.safetensors"))
+
+    def save_config(self, directory: str | Path) -> None:
+        """``config.json`` alone (the decision offsets change nothing else)."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "config.json").write_text(json.dumps(asdict(self.cfg), indent=2) + "\n")
 
     @classmethod
     def load(cls, directory: str | Path, device: str | torch.device = "cpu") -> PunctModel:
@@ -256,11 +286,12 @@ class PunctModel(nn.Module):
         try:
             raw = json.loads((d / "config.json").read_text())
             known = {f.name for f in fields(ModelConfig)}
+            raw["label_bias"] = tuple(tuple(row) for row in raw.get("label_bias", ()))
             cfg = ModelConfig(**{k: v for k, v in raw.items() if k in known})
+            model = cls(cfg)
             state = load_file(str(d / "model.safetensors"))
         except (OSError, ValueError, TypeError) as e:
             raise CheckpointError(f"cannot read checkpoint in {d}: {e}") from e
-        model = cls(cfg)
         state = _fuse_qkv({k: v.float() for k, v in state.items()})
         missing, unexpected = model.load_state_dict(state, strict=False)
         if missing or unexpected:

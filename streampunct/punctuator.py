@@ -55,7 +55,8 @@ def window_logits(
     base: int = 0,
     tags: Sequence[int] | None = None,
 ) -> torch.Tensor:
-    """(n_labels,) logits of token ``t`` from its block's window, seeing ``lookahead`` tokens ahead.
+    """(n_labels,) logits of token ``t`` from its block's window, seeing ``lookahead`` tokens ahead
+    (with the model's decision offsets for that lookahead, as every function here).
 
     ``ids[i]`` (and ``tags[i]``, for a POS-fused model) belong to token ``base + i``; tokens up to
     ``t + lookahead`` must be there.
@@ -69,7 +70,9 @@ def window_logits(
     if cfg.n_tags:
         _check_tags(model, tags, len(ids))
         fused = collate_tags([tags[start - base : t + lookahead + 1 - base]]).to(device)  # type: ignore[index]
-    return model(input_ids, word_pos, word_ends, lookahead, fused)[0, t - start].float().cpu()
+    return model.biased(
+        model(input_ids, word_pos, word_ends, lookahead, fused)[0, t - start].float().cpu(), lookahead
+    )
 
 
 @torch.no_grad()
@@ -98,11 +101,8 @@ def token_logits(
         chunk = windows[i : i + batch_size]
         input_ids, word_pos, word_ends = collate([ids[w.start : w.end] for w in chunk], model.cfg)
         fused = collate_tags([tags[w.start : w.end] for w in chunk]).to(device) if model.cfg.n_tags else None  # type: ignore[index]
-        logits = (
-            model(input_ids.to(device), word_pos.to(device), word_ends.to(device), lookahead, fused)
-            .float()
-            .cpu()
-        )
+        logits = model(input_ids.to(device), word_pos.to(device), word_ends.to(device), lookahead, fused)
+        logits = model.biased(logits.float().cpu(), lookahead)
         out.extend(logits[b, w.first - w.start : w.stop - w.start] for b, w in enumerate(chunk))
     result = torch.cat(out)
     n = len(tokens)

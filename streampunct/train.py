@@ -278,6 +278,7 @@ def train(cfg: TrainConfig) -> Path:
 
     if cfg.init:
         model = PunctModel.load(cfg.init)
+        model.set_label_bias(())  # offsets fit the weights they were tuned on: calibrate again after
         vocab = Path(cfg.init) / "vocab.txt"
     elif cfg.encoder:
         model = PunctModel.from_bert(cfg.encoder)

@@ -1,0 +1,129 @@
+"""Decision offsets per lookahead: the tuning, where decisions apply them, and `calibrate`."""
+
+import json
+import random
+import shutil
+
+import pytest
+import torch
+
+from streampunct import CheckpointError, Punctuator
+from streampunct.calibrate import LOOKAHEADS, _micro_f1, tune_offsets
+from streampunct.cli import main
+from streampunct.metrics import score
+from streampunct.model import ModelConfig, PunctModel
+from streampunct.pieces import WordPieces
+from streampunct.punctuator import DEFAULT_CHECKPOINT, token_logits, window_logits
+from streampunct.stream import Word
+from streampunct.text import LABELS, normalize_text
+
+from .test_stream import run_stream, varied_words
+
+# One row per lookahead k = 0 .. 4, then offline: each row pushes a different mark up
+OFFSETS = ((0, 3, 0, 0), (0, 0, 3, 0), (0, 0, 0, 3), (0, 3, 3, 0), (0, 0, 3, 3), (0, -1, 0, 0))
+
+
+def test_tuning_metric_is_the_iwslt_micro_f1():
+    rng = random.Random(0)
+    gold = [rng.choice(LABELS[:2] + LABELS) for _ in range(500)]
+    pred = [rng.choice(LABELS[:3] + LABELS) for _ in range(500)]
+    ids = {label: i for i, label in enumerate(LABELS)}
+    fast = _micro_f1(torch.tensor([ids[x] for x in pred]), torch.tensor([ids[x] for x in gold]))
+    assert fast == pytest.approx(score(gold, pred).micro_f1, abs=1e-9)
+
+
+def test_tuning_finds_the_offsets_a_shy_model_needs():
+    """Logits that know the mark but hold it 1.5 below O: offsets near +1.5 recover it."""
+    torch.manual_seed(0)
+    gold = torch.randint(0, 4, (2000,))
+    logits = torch.nn.functional.one_hot(gold, 4).float() * 2 + torch.randn(2000, 4) * 0.3
+    logits[:, 1:] -= 3.5  # every mark looks less likely than O
+    before = _micro_f1(logits.argmax(-1), gold)
+    offsets, after = tune_offsets(logits, gold)
+    assert before < 10 and after > 95
+    assert offsets[0] == 0 and all(1.5 < x < 3.0 for x in offsets[1:])
+
+
+@pytest.fixture(scope="module")
+def biased() -> Punctuator:
+    """A tiny random model whose offsets differ by lookahead, so each decision shows its row."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(n_layer=6, n_head=2, n_embd=32, n_inner=64, block=16, context=8, dropout=0.0)
+    model = PunctModel(cfg).eval()
+    model.set_label_bias(OFFSETS)
+    return Punctuator(model, WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", cfg.max_pieces))
+
+
+def test_each_lookahead_decides_with_its_own_row(biased):
+    tokens, _ = normalize_text(varied_words(80, seed=1))
+    m = biased.model
+    for k, row in zip(LOOKAHEADS, OFFSETS):
+        plain = token_logits(m, biased.pieces, tokens, k)
+        m.set_label_bias(())
+        raw = token_logits(m, biased.pieces, tokens, k)
+        m.set_label_bias(OFFSETS)
+        stop = len(tokens) - (k or 0)  # the last k tokens see fewer words ahead: other rows
+        torch.testing.assert_close(plain[:stop], raw[:stop] + torch.tensor(row, dtype=torch.float))
+    assert m.biased(torch.zeros(4), 9).tolist() == list(OFFSETS[4])  # beyond k = 4: k = 4's row
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, 4])
+def test_a_biased_stream_equals_predict(biased, k):
+    words = varied_words(600, seed=30 + k)
+    finals = run_stream(biased.stream(lookahead=k), words, seed=k)
+    expected = biased.predict(words, lookahead=k)
+    assert [finals[i] for i in range(len(words))] == expected
+    assert len(set(expected)) >= 2
+
+
+def test_a_time_limit_decides_with_the_row_of_the_lookahead_it_had(biased):
+    """k=2, but "so" runs out of time with one word ahead: row k=1 (PERIOD pushed up) decides."""
+    s = biased.stream(lookahead=2, max_delay_ms=500)
+    words = [Word("so", 0.0, 1.0), Word("we", 1.0, 1.2), Word("left", 1.6, 2.0)]
+    finals = [e for e in s.push(words) if e.final]
+    assert finals[0].index == 0
+    m = biased.model
+    ids = biased.pieces.encode(["so", "we"])
+    m.set_label_bias(())
+    raw = window_logits(m, ids, 0, 1)
+    m.set_label_bias(OFFSETS)
+    assert finals[0].label == LABELS[int((raw + torch.tensor(OFFSETS[1], dtype=torch.float)).argmax())]
+
+
+def test_calibrate_command_rewrites_the_config_only(tmp_path, capsys):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(DEFAULT_CHECKPOINT, ckpt)
+    weights = (ckpt / "model.safetensors").read_bytes()
+    dev = tmp_path / "dev"
+    text = "so what did you do today QUESTION i went home PERIOD and then well i slept COMMA a lot PERIOD "
+    lines = []
+    for w in (text * 30).split():
+        if w in LABELS:
+            lines[-1] = lines[-1].split("\t")[0] + f"\t{w}"
+        else:
+            lines.append(f"{w}\tO")
+    dev.write_text("\n".join(lines) + "\n")
+    assert main(["calibrate", "--dev", str(dev), "--model", str(ckpt), "--device", "cpu"]) == 0
+    assert (ckpt / "model.safetensors").read_bytes() == weights
+    rows = json.loads((ckpt / "config.json").read_text())["label_bias"]
+    assert len(rows) == len(LOOKAHEADS) and all(len(r) == 4 and r[0] == 0 for r in rows)
+    report = json.loads((ckpt / "calibration.json").read_text())
+    assert [m["mode"] for m in report["modes"]] == ["k=0", "k=1", "k=2", "k=3", "k=4", "offline"]
+    assert all(m["calibrated"] >= m["dev_micro_f1"] for m in report["modes"])
+    p = Punctuator.load(ckpt, device="cpu")
+    assert p.model.cfg.label_bias == tuple(tuple(r) for r in rows)
+
+
+def test_calibrate_needs_dev_words(tmp_path):
+    (tmp_path / "empty").write_text("")
+    assert main(["calibrate", "--dev", str(tmp_path / "empty"), "--model", str(tmp_path)]) != 0
+
+
+def test_a_malformed_label_bias_is_a_clear_error(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(DEFAULT_CHECKPOINT, ckpt)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg["label_bias"] = [[0, 1, 1]]
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="label_bias needs a row of 4 offsets"):
+        Punctuator.load(ckpt, device="cpu")
