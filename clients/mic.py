@@ -19,6 +19,8 @@ from typing import Any
 from clients.common import ClientError, add_stream_args, caption_of, open_stream, run_client, write_subtitles
 from streampunct.captions import Caption
 
+END_WAIT_S = 30.0  # after Ctrl-C, how long the server may take to send the last captions
+
 DIM, BRIGHT, RESET, CLEAR = "\033[2m", "\033[1m", "\033[0m", "\r\033[K"
 
 
@@ -99,8 +101,17 @@ async def main(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, asyncio.CancelledError):
         pass
     finally:
-        await ws.send(json.dumps({"type": "end"}))
-        await receiver
+        print("\nStopping: the last words are being punctuated ...", file=sys.stderr)
+
+        async def last_captions() -> None:
+            await ws.send(json.dumps({"type": "end"}))
+            await receiver
+
+        try:  # a server that never answers must not keep the captions from being written
+            await asyncio.wait_for(last_captions(), END_WAIT_S)
+        except asyncio.TimeoutError:
+            receiver.cancel()
+            print(f"no answer to the end of the stream in {END_WAIT_S:.0f} s", file=sys.stderr)
         await ws.close()
         print(file=sys.stdout)
         for p in write_subtitles(args.out, captions):
