@@ -112,6 +112,12 @@ def test_file_client_writes_subtitles(asr_server, speech, tmp_path):
     check_transcript(lines)
 
 
+def ctrl_c_reaches_it() -> None:
+    """In the client's process: SIGINT as a terminal delivers it. A test run started as a
+    background job (``.ci/run &``) has SIGINT ignored, and its children would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @needs_espeak
 def test_mic_client_captions_live_speech(asr_server, speech, tmp_path):
     import numpy as np
@@ -134,6 +140,7 @@ def test_mic_client_captions_live_speech(asr_server, speech, tmp_path):
         text=True,
         env=env,
         cwd=root,
+        preexec_fn=ctrl_c_reaches_it,
     )
     time.sleep(len(audio) / 16000 + 6)  # the speech in real time, then a little silence
     mic.send_signal(signal.SIGINT)  # Ctrl-C: the stream ends, the subtitles are written
