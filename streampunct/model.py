@@ -286,7 +286,6 @@ class PunctModel(nn.Module):
         try:
             raw = json.loads((d / "config.json").read_text())
             known = {f.name for f in fields(ModelConfig)}
-            raw["label_bias"] = tuple(tuple(row) for row in raw.get("label_bias", ()))
             cfg = ModelConfig(**{k: v for k, v in raw.items() if k in known})
             model = cls(cfg)
             state = load_file(str(d / "model.safetensors"))

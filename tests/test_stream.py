@@ -29,8 +29,8 @@ def varied_words(n: int, seed: int) -> list[str]:
     return words[:n]
 
 
-def run_stream(stream: PunctStream, words, seed: int = 0) -> dict[int, str]:
-    """Push words in random chunks; check the event contract; return the final labels."""
+def run_stream(stream: PunctStream, words, seed: int = 0) -> list[str]:
+    """Push words in random chunks; check the event contract; return the final labels in order."""
     rng = random.Random(seed)
     finals: dict[int, str] = {}
     i = 0
@@ -41,7 +41,7 @@ def run_stream(stream: PunctStream, words, seed: int = 0) -> dict[int, str]:
         check_events(events, finals)
     check_events(stream.finish(), finals)
     assert sorted(finals) == list(range(len(words)))
-    return finals
+    return [finals[i] for i in range(len(words))]
 
 
 def check_events(events, finals: dict[int, str]) -> None:
@@ -63,16 +63,13 @@ def after_revision(p, before: list[str], n_final: int, after: list[str], k: int 
 @pytest.mark.parametrize("k", [0, 1, 2, 4])
 def test_stream_equals_predict_tiny(tiny, k):
     words = varied_words(2400, seed=k)
-    finals = run_stream(tiny.stream(lookahead=k), words, seed=k)
-    assert [finals[i] for i in range(len(words))] == tiny.predict(words, lookahead=k)
+    assert run_stream(tiny.stream(lookahead=k), words, seed=k) == tiny.predict(words, lookahead=k)
 
 
 @pytest.mark.parametrize("k", [0, 1, 2, 4])
 def test_stream_equals_predict_shipped(shipped, k):
     words = varied_words(2000, seed=10 + k)
-    finals = run_stream(shipped.stream(lookahead=k), words, seed=k)
-    expected = shipped.predict(words, lookahead=k)
-    assert [finals[i] for i in range(len(words))] == expected
+    assert run_stream(shipped.stream(lookahead=k), words, seed=k) == shipped.predict(words, lookahead=k)
 
 
 def test_final_after_k_tokens(tiny):
