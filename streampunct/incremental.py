@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .model import PunctModel, layer_lookaheads
+from .model import PunctModel, layer_lookaheads, window_limit
 
 __all__ = ["WindowState", "compute_many"]
 
@@ -67,7 +67,7 @@ class WindowState:
         return self.buf[2 * self.model.cfg.n_layer + 1 + layer]
 
     def append(self, pieces: Sequence[int]) -> None:
-        if len(self.ids) + len(pieces) > self.model.cfg.max_positions:
+        if len(self.ids) + len(pieces) > window_limit(self.model.cfg):
             raise ValueError("window longer than the model's positions")
         self.word_start.append(len(self.ids))
         self.word_pos.extend([self.n_words - 1] * len(pieces))
@@ -166,12 +166,13 @@ def compute_many(windows: Sequence[WindowState]) -> None:
     pos = torch.tensor(
         [p for w, d in zip(todo, d_prev) for p in range(d, len(w.ids))], dtype=torch.long, device=dev
     )
-    emb = m.ln_emb(m.tok_emb(ids) + m.pos_emb(pos) + m.type_emb.weight[0])  # (rows, C)
+    emb = m.embed(ids, pos)  # (rows, C)
     for w, d, t, rows in zip(todo, d_prev, T, emb.split([t - d for t, d in zip(T, d_prev)])):
         w.buf[0, d:t] = rows
         w.rows[0] = t
     word_pos = [torch.tensor(w.word_pos, device=dev) for w in todo]
     biases: list[dict[tuple[int | None, int], torch.Tensor]] = [{} for _ in todo]  # attention masks
+    positions = torch.arange(max(T), device=dev)
     scale = (m.cfg.n_embd // nh) ** -0.5
     for i, layer in enumerate(m.layers):
         d = [min(w._first_piece(w0[b] - w.reach[i]), w.rows[i + 1], d_prev[b]) for b, w in enumerate(todo)]
@@ -190,7 +191,8 @@ def compute_many(windows: Sequence[WindowState]) -> None:
             key = (w.ks[i], db)
             if key not in biases[b]:  # [CLS] is word -1: every word sees it
                 allowed = word_pos[b][None, :t] <= word_pos[b][db:t, None] + w.ks[i]  # (n, t)
-                biases[b][key] = torch.where(allowed, 0.0, -math.inf)
+                rel = m.position_bias(positions[db:t], positions[:t])  # (nh, n, t) or None
+                biases[b][key] = torch.where(allowed, 0.0 if rel is None else rel, -math.inf)
             scores = torch.baddbmm(
                 biases[b][key],
                 _heads(q[at : at + n], nh),

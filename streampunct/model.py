@@ -7,6 +7,9 @@ word ``t + k`` however many layers are stacked (CT-Transformer's controllable ti
 from FFA's masked self-attention). ``lookahead=None`` is the offline mode: every word sees every
 word of its window. The ``[CLS]`` token counts as word -1, so it obeys the same rule.
 
+The encoder is BERT's (MiniLM-L6) or MPNet's: MPNet adds a relative position bias per head, shared
+by every layer, and has no segment embedding (:meth:`PunctModel.from_encoder` reads either).
+
 A checkpoint is ``config.json`` (the :class:`ModelConfig`) plus ``model.safetensors``; it rebuilds
 the model with :meth:`PunctModel.load`.
 """
@@ -14,6 +17,7 @@ the model with :meth:`PunctModel.load`.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -24,7 +28,7 @@ import torch.nn.functional as F
 
 from .errors import CheckpointError
 
-__all__ = ["ModelConfig", "PunctModel", "layer_lookaheads"]
+__all__ = ["ModelConfig", "PunctModel", "layer_lookaheads", "window_limit"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,13 @@ class ModelConfig:
     max_pieces: int = 3  # word pieces kept per word, so a window always fits max_positions
     cls_id: int = 101
     pad_id: int = 0
+    # MPNet: positions start at `pos_offset` (2) in the position table, there is no segment
+    # embedding (0 types), and attention adds a bias per head for each key's offset from the
+    # query, from `rel_buckets` log-spaced buckets (0: no bias, BERT).
+    n_types: int = 2
+    pos_offset: int = 0
+    rel_buckets: int = 0
+    rel_max_distance: int = 128
     # POS fusion (Shi et al. 2021, §2.1): each word's last hidden state is concatenated with the
     # embedding of its POS tag, and one more layer over the words fuses them. 0 tags: no fusion.
     n_tags: int = 0
@@ -55,6 +66,11 @@ class ModelConfig:
     # on cross-entropy marks too rarely where it sees little ahead; `streampunct calibrate` tunes
     # these on dev data (calibrate.py). Empty: the plain argmax.
     label_bias: tuple[tuple[float, ...], ...] = ()
+
+
+def window_limit(cfg: ModelConfig) -> int:
+    """The most tokens (``[CLS]`` included) a window may hold."""
+    return cfg.max_positions - cfg.pos_offset
 
 
 def layer_lookaheads(lookahead: int | None, n_layer: int) -> list[int | None]:
@@ -125,6 +141,18 @@ def attention_mask(word_pos: torch.Tensor, valid: torch.Tensor, k: int | None) -
     return allowed[:, None, :, :]
 
 
+def relative_buckets(offset: torch.Tensor, n_buckets: int, max_distance: int) -> torch.Tensor:
+    """MPNet's bucket of each key's offset from its query (``key - query``, in tokens): half the
+    buckets for keys before the query and half for keys after; offsets below a quarter of the
+    buckets have one each, larger ones share log-spaced buckets up to ``max_distance``."""
+    half = n_buckets // 2
+    exact = half // 2
+    n = offset.abs()
+    spread = torch.log(n.clamp(min=1).float() / exact) / math.log(max_distance / exact) * (half - exact)
+    large = (exact + spread.long()).clamp(max=half - 1)
+    return (offset > 0).long() * half + torch.where(n < exact, n, large)
+
+
 class SelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -147,6 +175,8 @@ class SelfAttention(nn.Module):
         passes the keys and values it kept with the new tokens' queries."""
         B, _, Tq, _ = q.shape
         p = self.dropout if self.training else 0.0
+        if mask.dtype != torch.bool:  # an additive mask (relative position bias): q's dtype
+            mask = mask.to(q.dtype)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, nh, Tq, hs)
         return self.out(y.transpose(1, 2).reshape(B, Tq, -1))
 
@@ -182,9 +212,11 @@ class PunctModel(nn.Module):
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd, padding_idx=cfg.pad_id)
         self.pos_emb = nn.Embedding(cfg.max_positions, cfg.n_embd)
-        self.type_emb = nn.Embedding(2, cfg.n_embd)  # BERT's segment embedding; only type 0 used
+        # BERT's segment embedding (only type 0 is used); MPNet has none
+        self.type_emb = nn.Embedding(cfg.n_types, cfg.n_embd) if cfg.n_types else None
         self.ln_emb = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
         self.drop = nn.Dropout(cfg.dropout)
+        self.rel_bias = nn.Embedding(cfg.rel_buckets, cfg.n_head) if cfg.rel_buckets else None
         self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.n_layer))
         width = cfg.n_embd
         if cfg.n_tags:
@@ -212,6 +244,42 @@ class PunctModel(nn.Module):
         rows = self._label_bias
         return logits + rows[-1 if lookahead is None else min(lookahead, len(rows) - 2)]
 
+    def embed(self, input_ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Token ids and their positions in the window (``[CLS]`` is 0) -> embeddings (.., C)."""
+        x = self.tok_emb(input_ids) + self.pos_emb(pos + self.cfg.pos_offset)
+        if self.type_emb is not None:
+            x = x + self.type_emb.weight[0]
+        return self.ln_emb(x)
+
+    def position_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
+        """(nh, Tq, Tk) relative position bias of queries at ``q_pos`` over keys at ``k_pos``, or
+        None for a model without (BERT)."""
+        if self.rel_bias is None:
+            return None
+        buckets = relative_buckets(
+            k_pos[None, :] - q_pos[:, None], self.cfg.rel_buckets, self.cfg.rel_max_distance
+        )
+        return self.rel_bias(buckets).permute(2, 0, 1)
+
+    def encode(self, input_ids: torch.Tensor, word_pos: torch.Tensor, lookahead: int | None) -> torch.Tensor:
+        """(B, T) word-piece ids and word index per token -> (B, T, C) last hidden states."""
+        T = input_ids.shape[1]
+        valid = input_ids != self.cfg.pad_id
+        valid[:, 0] = True
+        pos = torch.arange(T, device=input_ids.device)
+        x = self.drop(self.embed(input_ids, pos))  # (B, T, C)
+        bias = self.position_bias(pos, pos)
+        masks: dict[int | None, torch.Tensor] = {}
+        for layer, k in zip(self.layers, layer_lookaheads(lookahead, self.cfg.n_layer)):
+            if k not in masks:
+                masks[k] = attention_mask(word_pos, valid, k)
+                if bias is not None:  # additive: the bias where allowed, -inf elsewhere
+                    masks[k] = torch.where(masks[k], bias[None], -math.inf)
+                    if torch.is_autocast_enabled(x.device.type):  # made once, not in every layer
+                        masks[k] = masks[k].to(torch.get_autocast_dtype(x.device.type))
+            x = layer(x, masks[k])
+        return x
+
     def forward(
         self,
         input_ids: torch.Tensor,  # (B, T) word-piece ids, [CLS] first, padded with pad_id
@@ -220,17 +288,7 @@ class PunctModel(nn.Module):
         lookahead: int | None,
         tags: torch.Tensor | None = None,  # (B, W) POS tag ids, for a model with n_tags
     ) -> torch.Tensor:
-        B, T = input_ids.shape
-        valid = input_ids != self.cfg.pad_id
-        valid[:, 0] = True
-        pos = torch.arange(T, device=input_ids.device)
-        x = self.tok_emb(input_ids) + self.pos_emb(pos)[None] + self.type_emb.weight[0]
-        x = self.drop(self.ln_emb(x))  # (B, T, C)
-        masks: dict[int | None, torch.Tensor] = {}
-        for layer, k in zip(self.layers, layer_lookaheads(lookahead, self.cfg.n_layer)):
-            if k not in masks:
-                masks[k] = attention_mask(word_pos, valid, k)
-            x = layer(x, masks[k])
+        x = self.encode(input_ids, word_pos, lookahead)
         h = torch.gather(x, 1, word_ends[..., None].expand(-1, -1, x.shape[-1]))  # (B, W, C)
         if self.cfg.n_tags:
             h = self.fuse(h, word_ends > 0, lookahead, tags)
@@ -298,13 +356,19 @@ class PunctModel(nn.Module):
         return model.to(device).eval()
 
     @classmethod
-    def from_bert(cls, bert_dir: str | Path, **overrides: object) -> PunctModel:
-        """A fresh model whose encoder is a Hugging Face BERT checkpoint (e.g. MiniLM-L6)."""
+    def from_encoder(cls, encoder_dir: str | Path, **overrides: object) -> PunctModel:
+        """A fresh model whose encoder is a Hugging Face BERT (e.g. MiniLM-L6) or MPNet checkpoint
+        (a folder with ``config.json``, ``model.safetensors`` and ``vocab.txt``)."""
         from safetensors.torch import load_file
 
-        d = Path(bert_dir)
+        d = Path(encoder_dir)
         hf = json.loads((d / "config.json").read_text())
-        cfg = ModelConfig(
+        kind = hf.get("model_type", "bert")
+        if kind not in ENCODER_NAMES:
+            raise CheckpointError(f"{d}: a {kind!r} encoder; streampunct reads {sorted(ENCODER_NAMES)}")
+        vocab = {w: i for i, w in enumerate((d / "vocab.txt").read_text(encoding="utf-8").splitlines())}
+        cls_token, pad_token = ("<s>", "<pad>") if kind == "mpnet" else ("[CLS]", "[PAD]")
+        shape = dict(
             vocab_size=hf["vocab_size"],
             n_layer=hf["num_hidden_layers"],
             n_head=hf["num_attention_heads"],
@@ -312,28 +376,20 @@ class PunctModel(nn.Module):
             n_inner=hf["intermediate_size"],
             max_positions=hf["max_position_embeddings"],
             layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
-            **overrides,  # type: ignore[arg-type]
+            cls_id=vocab[cls_token],
+            pad_id=vocab[pad_token],
         )
-        model = cls(cfg)
-        src = {k.removeprefix("bert."): v.float() for k, v in load_file(str(d / "model.safetensors")).items()}
-        names = {
-            "tok_emb.weight": "embeddings.word_embeddings.weight",
-            "pos_emb.weight": "embeddings.position_embeddings.weight",
-            "type_emb.weight": "embeddings.token_type_embeddings.weight",
-            "ln_emb.weight": "embeddings.LayerNorm.weight",
-            "ln_emb.bias": "embeddings.LayerNorm.bias",
+        if kind == "mpnet":  # positions count from padding_idx + 1, as in RoBERTa
+            shape.update(
+                n_types=0, pos_offset=hf["pad_token_id"] + 1, rel_buckets=hf["relative_attention_num_buckets"]
+            )
+        model = cls(ModelConfig(**{**shape, **overrides}))  # type: ignore[arg-type]
+        src = {
+            k.removeprefix(f"{kind}."): v.float() for k, v in load_file(str(d / "model.safetensors")).items()
         }
-        per_layer = {
-            "attn.query": "attention.self.query",
-            "attn.key": "attention.self.key",
-            "attn.value": "attention.self.value",
-            "attn.out": "attention.output.dense",
-            "ln_attn": "attention.output.LayerNorm",
-            "fc_in": "intermediate.dense",
-            "fc_out": "output.dense",
-            "ln_mlp": "output.LayerNorm",
-        }
-        for i in range(cfg.n_layer):
+        names, per_layer = ENCODER_NAMES[kind]
+        names = dict(names)
+        for i in range(model.cfg.n_layer):
             for ours, theirs in per_layer.items():
                 for p in ("weight", "bias"):
                     names[f"layers.{i}.{ours}.{p}"] = f"encoder.layer.{i}.{theirs}.{p}"
@@ -348,6 +404,43 @@ class PunctModel(nn.Module):
 
     def n_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+_EMBEDDINGS = {
+    "tok_emb.weight": "embeddings.word_embeddings.weight",
+    "pos_emb.weight": "embeddings.position_embeddings.weight",
+    "ln_emb.weight": "embeddings.LayerNorm.weight",
+    "ln_emb.bias": "embeddings.LayerNorm.bias",
+}
+# Our parameter names -> a Hugging Face encoder's: the model's own, then each layer's.
+ENCODER_NAMES: dict[str, tuple[dict[str, str], dict[str, str]]] = {
+    "bert": (
+        {**_EMBEDDINGS, "type_emb.weight": "embeddings.token_type_embeddings.weight"},
+        {
+            "attn.query": "attention.self.query",
+            "attn.key": "attention.self.key",
+            "attn.value": "attention.self.value",
+            "attn.out": "attention.output.dense",
+            "ln_attn": "attention.output.LayerNorm",
+            "fc_in": "intermediate.dense",
+            "fc_out": "output.dense",
+            "ln_mlp": "output.LayerNorm",
+        },
+    ),
+    "mpnet": (
+        {**_EMBEDDINGS, "rel_bias.weight": "encoder.relative_attention_bias.weight"},
+        {
+            "attn.query": "attention.attn.q",
+            "attn.key": "attention.attn.k",
+            "attn.value": "attention.attn.v",
+            "attn.out": "attention.attn.o",
+            "ln_attn": "attention.LayerNorm",
+            "fc_in": "intermediate.dense",
+            "fc_out": "output.dense",
+            "ln_mlp": "output.LayerNorm",
+        },
+    ),
+}
 
 
 def _fuse_qkv(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from .model import ModelConfig
+from .model import ModelConfig, window_limit
 
 __all__ = ["Window", "plan_windows", "WordPieces", "collate", "collate_tags"]
 
@@ -79,8 +79,8 @@ def collate(
             word_ends[b, i] = len(ids) - 1
         input_ids[b, : len(ids)] = torch.tensor(ids)
         word_pos[b, : len(pos)] = torch.tensor(pos)
-    if T > cfg.max_positions:
-        raise ValueError(f"window of {T} pieces exceeds {cfg.max_positions} positions")
+    if T > window_limit(cfg):
+        raise ValueError(f"window of {T} pieces exceeds the model's {window_limit(cfg)} positions")
     return input_ids, word_pos, word_ends
 
 

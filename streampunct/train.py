@@ -7,6 +7,9 @@
   corpus word, or deleted, with probability ``noise`` each.
 - The lookahead is drawn per batch from ``LOOKAHEAD_CHOICES`` (``None`` = offline), and the last
   words of a window, which lack the right context they will have at inference, carry no loss.
+- Distillation (``teacher``): the model also learns a trained checkpoint's word probabilities
+  (a larger encoder's, any vocabulary) at the batch's lookahead, at ``temperature``, with weight
+  ``distill`` against the labels' ``1 - distill``.
 - Model selection on a dev set (mean of micro-F1 at k=2 and offline), early stopping after
   ``patience`` evaluations without gain; ``last.pt`` in the output folder resumes a run exactly.
 """
@@ -19,6 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -33,7 +37,7 @@ from .text import LABEL_ID, LABELS, normalize_labeled, read_iwslt
 __all__ = ["TrainConfig", "train"]
 
 LOOKAHEAD_CHOICES: tuple[int | None, ...] = (None, None, None, 0, 1, 2, 2, 3, 4, 6, 8)
-ENCODER = ("tok_emb.", "pos_emb.", "type_emb.", "ln_emb.", "layers.")  # parameter names
+ENCODER = ("tok_emb.", "pos_emb.", "type_emb.", "ln_emb.", "rel_bias.", "layers.")  # parameter names
 OFFLINE_LOSS_CUT = 16  # offline windows: the last words lack right context; no loss on them
 
 
@@ -42,7 +46,7 @@ class TrainConfig:
     train: str
     dev: str
     out: str
-    encoder: str | None = None  # Hugging Face BERT folder to start from
+    encoder: str | None = None  # Hugging Face BERT or MPNet folder to start from
     init: str | None = None  # or a streampunct checkpoint to continue from (fresh optimizer)
     window: int = 128
     batch: int = 16
@@ -65,19 +69,27 @@ class TrainConfig:
     freeze_encoder: bool = False  # train only what follows the encoder (fusion, head)
     # the converted tagger's folder (default: the cache), or its softmax weights alone (.npy)
     tagger: str | None = None
+    # distillation from a trained streampunct checkpoint (e.g. an MPNet model into MiniLM)
+    teacher: str | None = None
+    distill: float = 0.5  # weight of the teacher's term; the labels' term has 1 - distill
+    temperature: float = 2.0
 
 
 class Corpus:
     """A labelled corpus as arrays of word-type ids and label ids (and POS tag ids, for training a
     POS-fused model), for fast window sampling."""
 
-    def __init__(self, path: str, pieces: WordPieces, tags: str | None = None):
+    def __init__(
+        self, path: str, pieces: WordPieces, tags: str | None = None, teacher_pieces: WordPieces | None = None
+    ):
         tokens, labels = normalize_labeled(*read_iwslt(path))
         types: dict[str, int] = {}
         self.words = np.array([types.setdefault(t, len(types)) for t in tokens], dtype=np.int32)
         self.labels = np.array([LABEL_ID[lab] for lab in labels], dtype=np.int64)
         self.type_pieces = pieces.encode(list(types))
         self.tags = load_tags(tags, len(tokens)) if tags else None
+        # the teacher's word pieces, when it reads another vocabulary
+        self.teacher_type_pieces = teacher_pieces.encode(list(types)) if teacher_pieces else None
 
     def __len__(self) -> int:
         return len(self.words)
@@ -117,40 +129,72 @@ def load_tags(path: str, n: int) -> np.ndarray:
     return tags.astype(np.int64)
 
 
-Batch = tuple[int | None, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]
+class Batch(NamedTuple):
+    lookahead: int | None
+    inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # input_ids, word_pos, word_ends
+    target: torch.Tensor  # (B, W) label ids, -100 where no loss
+    tags: torch.Tensor | None  # (B, W) POS tag ids, for a POS-fused model
+    teacher_inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None  # in the teacher's pieces
 
 
 def make_batches(
-    corpus: Corpus, cfg: TrainConfig, model_cfg: ModelConfig, rng: np.random.Generator
+    corpus: Corpus,
+    cfg: TrainConfig,
+    model_cfg: ModelConfig,
+    rng: np.random.Generator,
+    teacher_cfg: ModelConfig | None = None,
 ) -> Iterator[Batch]:
-    """Endless training batches: (lookahead, input_ids, word_pos, word_ends, target, tags or None)."""
+    """Endless training batches."""
     while True:
         k = LOOKAHEAD_CHOICES[int(rng.integers(len(LOOKAHEAD_CHOICES)))]
         windows = [corpus.sample(rng, cfg.window, cfg.noise) for _ in range(cfg.batch)]
+        words = [corpus.words[ps].tolist() for ps, _ in windows]
         input_ids, word_pos, word_ends = collate(
-            [[corpus.type_pieces[w] for w in corpus.words[ps].tolist()] for ps, _ in windows], model_cfg
+            [[corpus.type_pieces[w] for w in ws] for ws in words], model_cfg
         )
         tags = (
             collate_tags([corpus.tags[ps].tolist() for ps, _ in windows]) if corpus.tags is not None else None
         )
+        teacher_inputs = None
+        if teacher_cfg is not None:
+            table = corpus.teacher_type_pieces or corpus.type_pieces
+            teacher_inputs = collate([[table[w] for w in ws] for ws in words], teacher_cfg)
         target = torch.full((cfg.batch, word_ends.shape[1]), -100, dtype=torch.long)
         cut = OFFLINE_LOSS_CUT if k is None else k
         for b, (_, labs) in enumerate(windows):
             n = len(labs) - cut
             target[b, :n] = torch.tensor(labs[:n])
-        yield k, input_ids, word_pos, word_ends, target, tags
+        yield Batch(k, (input_ids, word_pos, word_ends), target, tags, teacher_inputs)
 
 
 class Batches(torch.utils.data.IterableDataset):
     """:func:`make_batches` in DataLoader workers, each with its own seed (for GPU training)."""
 
-    def __init__(self, corpus: Corpus, cfg: TrainConfig, model_cfg: ModelConfig, seed: tuple[int, ...]):
+    def __init__(
+        self,
+        corpus: Corpus,
+        cfg: TrainConfig,
+        model_cfg: ModelConfig,
+        seed: tuple[int, ...],
+        teacher_cfg: ModelConfig | None = None,
+    ):
         self.corpus, self.cfg, self.model_cfg, self.seed = corpus, cfg, model_cfg, seed
+        self.teacher_cfg = teacher_cfg
 
     def __iter__(self) -> Iterator[Batch]:
         info = torch.utils.data.get_worker_info()
         rng = np.random.default_rng((*self.seed, info.id if info else 0))
-        return make_batches(self.corpus, self.cfg, self.model_cfg, rng)
+        return make_batches(self.corpus, self.cfg, self.model_cfg, rng, self.teacher_cfg)
+
+
+def distill_loss(
+    student: torch.Tensor, teacher: torch.Tensor, keep: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """KL(teacher || student) of the words kept, both softened by ``temperature`` (times its square,
+    so that the gradient's scale does not depend on it; Hinton et al. 2015)."""
+    s = F.log_softmax(student[keep].float() / temperature, dim=-1)
+    t = F.log_softmax(teacher[keep].float() / temperature, dim=-1)
+    return F.kl_div(s, t, log_target=True, reduction="batchmean") * temperature**2
 
 
 def evaluate_tokens(
@@ -281,7 +325,7 @@ def train(cfg: TrainConfig) -> Path:
         model.set_label_bias(())  # offsets fit the weights they were tuned on: calibrate again after
         vocab = Path(cfg.init) / "vocab.txt"
     elif cfg.encoder:
-        model = PunctModel.from_bert(cfg.encoder)
+        model = PunctModel.from_encoder(cfg.encoder)
         vocab = Path(cfg.encoder) / "vocab.txt"
     else:
         raise ValueError("give an encoder folder (--encoder) or a checkpoint to continue (--init)")
@@ -292,8 +336,18 @@ def train(cfg: TrainConfig) -> Path:
     tagger_dir = trained_tagger(cfg) if model.cfg.n_tags else None
     model.to(device)
     pieces = WordPieces(vocab, model.cfg.max_pieces)
+    teacher, teacher_pieces = None, None
+    if cfg.teacher:
+        if not 0.0 < cfg.distill <= 1.0 or cfg.temperature <= 0:
+            raise ValueError("distillation needs 0 < distill <= 1 and temperature > 0")
+        teacher = PunctModel.load(cfg.teacher, device)  # eval mode: no dropout in its targets
+        teacher.requires_grad_(False)
+        teacher_vocab = Path(cfg.teacher) / "vocab.txt"
+        if teacher_vocab.read_bytes() != vocab.read_bytes():
+            teacher_pieces = WordPieces(teacher_vocab, teacher.cfg.max_pieces)
+        print(f"distilling from {cfg.teacher} ({teacher.n_params() / 1e6:.1f} M parameters)")
     t0 = time.time()
-    corpus = Corpus(cfg.train, pieces, cfg.tags)
+    corpus = Corpus(cfg.train, pieces, cfg.tags, teacher_pieces)
     dev_tokens, dev_labels = normalize_labeled(*read_iwslt(cfg.dev))
     dev_tags = load_tags(cfg.dev_tags, len(dev_tokens))[: cfg.dev_words].tolist() if cfg.dev_tags else None
     dev_tokens, dev_labels = dev_tokens[: cfg.dev_words], dev_labels[: cfg.dev_words]
@@ -344,7 +398,9 @@ def train(cfg: TrainConfig) -> Path:
 
     if cfg.workers:  # worker processes make batches; a resumed run re-seeds them from its step
         loader = torch.utils.data.DataLoader(
-            Batches(corpus, cfg, model.cfg, seed=(cfg.seed, step)),
+            Batches(
+                corpus, cfg, model.cfg, seed=(cfg.seed, step), teacher_cfg=teacher.cfg if teacher else None
+            ),
             batch_size=None,
             num_workers=cfg.workers,
             prefetch_factor=8,
@@ -352,7 +408,7 @@ def train(cfg: TrainConfig) -> Path:
         )
         batches = iter(loader)
     else:  # made here from the run's own generator: a resumed run continues exactly
-        batches = make_batches(corpus, cfg, model.cfg, rng)
+        batches = make_batches(corpus, cfg, model.cfg, rng, teacher.cfg if teacher else None)
     history = (out / "history.jsonl").open("a")
     bar = tqdm(total=cfg.max_steps, initial=step, dynamic_ncols=True, mininterval=5)
     loss_avg = None
@@ -362,24 +418,27 @@ def train(cfg: TrainConfig) -> Path:
         lr = cfg.lr * lr_factor(step, progress(step, train_seconds, cfg), cfg)
         for group in opt.param_groups:
             group["lr"] = lr
-        k, input_ids, word_pos, word_ends, target, tags = next(batches)
+        batch = next(batches)
+        k, target = batch.lookahead, batch.target.to(device)
+        tags = None if batch.tags is None else batch.tags.to(device)
         with autocast:
-            logits = model(
-                input_ids.to(device),
-                word_pos.to(device),
-                word_ends.to(device),
-                k,
-                None if tags is None else tags.to(device),
-            )
+            logits = model(*(t.to(device) for t in batch.inputs), k, tags)
         loss = F.cross_entropy(
-            logits.float().reshape(-1, logits.shape[-1]), target.to(device).reshape(-1), ignore_index=-100
+            logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100
         )
+        if teacher is not None and batch.teacher_inputs is not None:
+            with torch.no_grad(), autocast:
+                taught = teacher(
+                    *(t.to(device) for t in batch.teacher_inputs), k, tags if teacher.cfg.n_tags else None
+                )
+            kd = distill_loss(logits, taught, target != -100, cfg.temperature)
+            loss = (1 - cfg.distill) * loss + cfg.distill * kd
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         step += 1
-        n_tok = int((input_ids != model.cfg.pad_id).sum())
+        n_tok = int((batch.inputs[0] != model.cfg.pad_id).sum())
         seen_tokens += n_tok
         loss_value = loss.item()  # waits for the step: dt is the step's real time
         dt = time.time() - t_step

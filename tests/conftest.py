@@ -21,3 +21,39 @@ def tiny() -> Punctuator:
     cfg = ModelConfig(n_layer=6, n_head=2, n_embd=32, n_inner=64, block=16, context=8, dropout=0.0)
     model = PunctModel(cfg).eval()
     return Punctuator(model, WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", cfg.max_pieces))
+
+
+@pytest.fixture(scope="session")
+def tiny_mpnet() -> Punctuator:
+    """``tiny`` with MPNet's attention: a relative position bias per head (random, so that it
+    matters), positions from 2, no segment embedding."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        n_layer=6, n_head=2, n_embd=32, n_inner=64, block=16, context=8, dropout=0.0,
+        max_positions=514, n_types=0, pos_offset=2, rel_buckets=32,
+    )  # fmt: skip
+    model = PunctModel(cfg).eval()
+    return Punctuator(model, WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", cfg.max_pieces))
+
+
+def hf_encoder(kind: str, folder, words=()) -> torch.nn.Module:
+    """A small random Hugging Face encoder of ``kind`` ("bert" or "mpnet"), saved in ``folder``
+    with its own vocabulary: special tokens, ``words``, and filler."""
+    import transformers
+
+    special = ["<s>", "<pad>", "</s>", "<unk>", "[UNK]"] if kind == "mpnet" else ["[PAD]", "[UNK]", "[CLS]"]
+    vocab = special + list(words) + [f"w{i}" for i in range(60)]
+    shape = dict(
+        vocab_size=len(vocab), hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=80,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    if kind == "mpnet":
+        hf = transformers.MPNetModel(transformers.MPNetConfig(**shape, pad_token_id=1))
+        with torch.no_grad():  # a relative position bias large enough to matter
+            hf.encoder.relative_attention_bias.weight.normal_(0, 0.5)
+    else:
+        hf = transformers.BertModel(transformers.BertConfig(**shape), add_pooling_layer=False)
+    hf.save_pretrained(folder, safe_serialization=True)
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    return hf.eval()

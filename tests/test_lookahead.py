@@ -37,10 +37,11 @@ def _check_bound(p, k: int, n: int, positions: list[int]) -> None:
         torch.testing.assert_close(_logits(p, base[: t + k + 1], k)[: t + 1], ref[: t + 1], atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("model", ["tiny", "tiny_mpnet"])
 @pytest.mark.parametrize("k", [0, 1, 2, 3, 4, 7])
-def test_bound_tiny_deep_model(tiny, k):
+def test_bound_tiny_deep_model(request, model, k):
     # 80 words = 5 blocks of 16: positions inside blocks, at block edges and in later windows.
-    _check_bound(tiny, k, n=80, positions=[0, 5, 15, 16, 31, 40, 62])
+    _check_bound(request.getfixturevalue(model), k, n=80, positions=[0, 5, 15, 16, 31, 40, 62])
 
 
 @pytest.mark.parametrize("k", [0, 1, 2, 4])

@@ -1,10 +1,14 @@
-"""The model's building blocks: the fast few-row product, and checkpoints from before QKV fusion."""
+"""The model's building blocks: the fast few-row product, the encoders it starts from, and
+checkpoints from before QKV fusion."""
 
 import copy
 
+import pytest
 import torch
 
 from streampunct.model import FEW_ROWS, Linear, PunctModel
+
+from .conftest import hf_encoder
 
 
 def test_few_rows_give_the_plain_product_and_follow_weight_changes():
@@ -41,3 +45,30 @@ def test_checkpoints_with_separate_query_key_value_load(tmp_path, shipped):
     old = PunctModel.load(tmp_path)
     for (name, a), b in zip(model.state_dict().items(), old.state_dict().values()):
         torch.testing.assert_close(a, b, atol=1e-3, rtol=1e-3, msg=name)  # the fp16 round trip
+
+
+@pytest.mark.parametrize("kind", ["bert", "mpnet"])
+def test_encoders_read_as_transformers_runs_them(tmp_path, kind):
+    hf = hf_encoder(kind, tmp_path)
+    model = PunctModel.from_encoder(tmp_path).eval()
+    ids = torch.randint(5, model.cfg.vocab_size, (2, 30))
+    ids[:, 0] = model.cfg.cls_id
+    word_pos = torch.arange(30).expand(2, -1) - 1
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model.encode(ids, word_pos, None), hf(ids).last_hidden_state, atol=1e-5, rtol=0
+        )
+    model.train()  # every encoder parameter learns, the relative position bias too
+    model(ids, word_pos, torch.arange(1, 30).expand(2, -1), lookahead=2).sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+    if kind == "mpnet":
+        assert model.cfg.rel_buckets == 32 and model.cfg.pos_offset == 2 and model.cfg.n_types == 0
+
+
+def test_unknown_encoder_is_refused(tmp_path):
+    from streampunct import CheckpointError
+
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
+    (tmp_path / "vocab.txt").write_text("[PAD]\n")
+    with pytest.raises(CheckpointError, match="gpt2"):
+        PunctModel.from_encoder(tmp_path)

@@ -66,6 +66,14 @@ def test_stream_equals_predict_tiny(tiny, k):
     assert run_stream(tiny.stream(lookahead=k), words, seed=k) == tiny.predict(words, lookahead=k)
 
 
+@pytest.mark.parametrize("k", [0, 2])
+def test_stream_equals_predict_mpnet_attention(tiny_mpnet, k):
+    """The relative position bias is computed for the stream's new rows as for a whole window."""
+    p = tiny_mpnet
+    words = varied_words(600, seed=20 + k)
+    assert run_stream(p.stream(lookahead=k), words, seed=k) == p.predict(words, lookahead=k)
+
+
 @pytest.mark.parametrize("k", [0, 1, 2, 4])
 def test_stream_equals_predict_shipped(shipped, k):
     words = varied_words(2000, seed=10 + k)
@@ -255,8 +263,10 @@ def test_bad_word_type(tiny):
     assert [e.index for e in events if e.final] == [0, 1]
 
 
-def test_stream_logits_match_batch(tiny):
+@pytest.mark.parametrize("model", ["tiny", "tiny_mpnet"])
+def test_stream_logits_match_batch(request, model):
     """Not only the argmax: the incremental rows equal a fresh forward pass."""
+    tiny = request.getfixturevalue(model)
     words = [w.lower().strip(",.?") for w in varied_words(90, seed=5)]
     s = tiny.stream(lookahead=2)
     s.push(words)

@@ -1,4 +1,5 @@
-"""Training runs end to end on a small corpus made here: plain, and with POS fusion."""
+"""Training runs end to end on a small corpus made here: plain, with POS fusion, and distilled
+from a teacher with another encoder and vocabulary."""
 
 import json
 import shutil
@@ -9,9 +10,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from streampunct import CheckpointError, Punctuator
+from streampunct.model import PunctModel
 from streampunct.pos import Tagger, ensure_tagger
 from streampunct.punctuator import DEFAULT_CHECKPOINT
 from streampunct.train import TrainConfig, train
+
+from .conftest import hf_encoder
 
 SENTENCES = [
     ("so what did you do today", "QUESTION"),
@@ -111,3 +115,33 @@ def test_tags_must_fit_the_corpus(corpus, tmp_path):
                 dev_tags=str(tmp_path / "short.npy"),
             )
         )
+
+
+def test_distillation_follows_the_teacher(corpus, tmp_path):
+    """A teacher with another encoder (MPNet's attention) and its own small vocabulary, made to say
+    QUESTION after every word: learning from its probabilities alone (``distill=1``), the student
+    comes to say QUESTION far more often than the labels, or its start, would have it."""
+    words = sorted({w for sentence, _ in SENTENCES for w in sentence.split()})
+    hf_encoder("mpnet", tmp_path / "encoder", words)
+    teacher = PunctModel.from_encoder(tmp_path / "encoder")
+    with torch.no_grad():
+        teacher.head.bias[3] = 50.0
+    teacher.save(tmp_path / "teacher")
+    shutil.copy(tmp_path / "encoder" / "vocab.txt", tmp_path / "teacher" / "vocab.txt")
+
+    lines = [line.split("\t") for line in (corpus / "train.tsv").read_text().splitlines()[:200]]
+    tokens = [w for w, _ in lines]
+    questions = sum(label == "QUESTION" for _, label in lines)
+    before = Punctuator.load(DEFAULT_CHECKPOINT, device="cpu").predict(tokens).count("QUESTION")
+    run = config(
+        corpus, tmp_path / "run", teacher=str(tmp_path / "teacher"), distill=1.0, max_steps=12,
+        eval_every=12, lr=1e-3,
+    )  # fmt: skip
+    after = Punctuator.load(train(run), device="cpu").predict(tokens).count("QUESTION")
+    print(f"QUESTION on {before} -> {after} of {len(tokens)} words; {questions} in the labels")
+    assert after > max(before, questions) + 50
+
+
+def test_distillation_checks_its_weights(corpus, tmp_path):
+    with pytest.raises(ValueError, match="distill"):
+        train(config(corpus, tmp_path / "run", teacher=str(DEFAULT_CHECKPOINT), distill=0.0))
