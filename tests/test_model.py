@@ -65,6 +65,21 @@ def test_encoders_read_as_transformers_runs_them(tmp_path, kind):
         assert model.cfg.rel_buckets == 32 and model.cfg.pos_offset == 2 and model.cfg.n_types == 0
 
 
+def test_an_mpnet_checkpoint_rebuilds_itself(tmp_path):
+    hf_encoder("mpnet", tmp_path / "encoder")
+    model = PunctModel.from_encoder(tmp_path / "encoder").eval()
+    model.save(tmp_path / "punct")
+    again = PunctModel.load(tmp_path / "punct")
+    assert again.cfg == model.cfg and again.rel_bias is not None and again.type_emb is None
+    ids = torch.randint(5, model.cfg.vocab_size, (1, 20))
+    ids[:, 0] = model.cfg.cls_id
+    word_pos, word_ends = torch.arange(20)[None] - 1, torch.arange(1, 20)[None]
+    with torch.no_grad():
+        torch.testing.assert_close(
+            again(ids, word_pos, word_ends, 1), model(ids, word_pos, word_ends, 1), atol=2e-3, rtol=0
+        )
+
+
 def test_unknown_encoder_is_refused(tmp_path):
     from streampunct import CheckpointError
 
