@@ -54,6 +54,6 @@ def hf_encoder(kind: str, folder, words=()) -> torch.nn.Module:
             hf.encoder.relative_attention_bias.weight.normal_(0, 0.5)
     else:
         hf = transformers.BertModel(transformers.BertConfig(**shape), add_pooling_layer=False)
-    hf.save_pretrained(folder, safe_serialization=True)
+    hf.save_pretrained(folder)  # safetensors
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
     return hf.eval()
