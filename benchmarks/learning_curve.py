@@ -1,0 +1,109 @@
+"""The shipped checkpoint's learning curve: dev2012 micro-F1 at k=2 and offline against the word
+pieces seen, over its training stages (read from the checkpoint's training.json).
+
+    python benchmarks/learning_curve.py [--model DIR] [--readme]     # needs matplotlib (.[bench])
+
+Writes benchmarks/results/learning_curve.json and learning_curve.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import RESULTS, update_readme, write_json  # noqa: E402
+
+from streampunct.punctuator import DEFAULT_CHECKPOINT  # noqa: E402
+
+
+def curve(training: dict) -> list[dict]:
+    """One point per dev evaluation, word pieces counted from the start of stage 1. Each stage
+    starts from the previous stage's best checkpoint, so its count starts where that best was."""
+    points, offset = [], 0
+    for i, stage in enumerate(training.get("stages", [training]), 1):
+        for r in stage["curve"]:
+            points.append(
+                {
+                    "stage": i,
+                    "machine": stage["machine"],
+                    "dev_words": stage["dev_words"],
+                    "seen_tokens": offset + r["seen_tokens"],
+                    "dev_f1_k2": r["dev_f1_k2"],
+                    "dev_f1_offline": r["dev_f1_offline"],
+                }
+            )
+        offset += stage["seen_tokens"]
+    return points
+
+
+def plot(points: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
+    stages = sorted({p["stage"] for p in points})
+    for key, name, color in (("dev_f1_offline", "offline", "tab:blue"), ("dev_f1_k2", "k=2", "tab:orange")):
+        for s in stages:
+            xs = [p["seen_tokens"] / 1e6 for p in points if p["stage"] == s]
+            ys = [p[key] for p in points if p["stage"] == s]
+            ax.plot(xs, ys, "o-", ms=3, color=color, label=name if s == stages[0] else None)
+    for s in stages[1:]:
+        first = min(p["seen_tokens"] for p in points if p["stage"] == s) / 1e6
+        ax.axvline(first, color="grey", lw=0.6, ls=":")
+    for s in stages:
+        stage = [p for p in points if p["stage"] == s]
+        ax.annotate(
+            f"stage {s}\n{stage[0]['machine'].split(' (')[0]}\ndev {stage[0]['dev_words'] // 1000}k words",
+            (stage[0]["seen_tokens"] / 1e6, 70.3),
+            fontsize=7,
+            color="grey",
+        )
+    ax.set_ylim(top=73)
+    ax.set_xscale("log")
+    ax.set_xlabel("word pieces seen (millions, log scale)")
+    ax.set_ylabel("dev2012 micro-F1 (%)")
+    ax.set_title("MiniLM-L6 learning curve (shipped checkpoint)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=None, help="checkpoint folder (default: the shipped model)")
+    ap.add_argument("--readme", action="store_true", help="also rewrite the README's paragraph")
+    args = ap.parse_args()
+    model_dir = Path(args.model) if args.model else DEFAULT_CHECKPOINT
+    points = curve(json.loads((model_dir / "training.json").read_text()))
+    print(f"wrote {write_json('learning_curve.json', {'model': str(model_dir), 'points': points})}")
+    plot(points, RESULTS / "learning_curve.png")
+    print(f"wrote {RESULTS / 'learning_curve.png'}")
+    if args.readme:
+        best = max(points, key=lambda p: p["dev_f1_k2"] + p["dev_f1_offline"])
+        last = points[-1]
+        text = (
+            f"Best dev2012 point: {best['dev_f1_k2']:.1f} at k=2 and {best['dev_f1_offline']:.1f} offline "
+            f"after {best['seen_tokens'] / 1e6:.1f} M word pieces"
+        )
+        if last is best:
+            text += ", the last evaluation of the run."
+        else:
+            text += (
+                f"; the last evaluation, after {last['seen_tokens'] / 1e6:.1f} M, gave "
+                f"{last['dev_f1_k2']:.1f} and {last['dev_f1_offline']:.1f}."
+            )
+        update_readme(
+            "curve",
+            "![learning curve](benchmarks/results/learning_curve.png)\n\n" + text + " Written by "
+            "`python benchmarks/learning_curve.py --readme` from the checkpoint's training.json.",
+        )
+
+
+if __name__ == "__main__":
+    main()
