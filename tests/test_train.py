@@ -13,6 +13,7 @@ from streampunct import CheckpointError, Punctuator
 from streampunct.model import PunctModel
 from streampunct.pos import Tagger, ensure_tagger
 from streampunct.punctuator import DEFAULT_CHECKPOINT
+from streampunct.text import LABEL_ID
 from streampunct.train import TrainConfig, train
 
 from .conftest import hf_encoder
@@ -125,7 +126,7 @@ def test_distillation_follows_the_teacher(corpus, tmp_path):
     hf_encoder("mpnet", tmp_path / "encoder", words)
     teacher = PunctModel.from_encoder(tmp_path / "encoder")
     with torch.no_grad():
-        teacher.head.bias[3] = 50.0
+        teacher.head.bias[LABEL_ID["QUESTION"]] = 50.0
     teacher.save(tmp_path / "teacher")
     shutil.copy(tmp_path / "encoder" / "vocab.txt", tmp_path / "teacher" / "vocab.txt")
 
@@ -138,7 +139,6 @@ def test_distillation_follows_the_teacher(corpus, tmp_path):
         eval_every=12, lr=1e-3,
     )  # fmt: skip
     after = Punctuator.load(train(run), device="cpu").predict(tokens).count("QUESTION")
-    print(f"QUESTION on {before} -> {after} of {len(tokens)} words; {questions} in the labels")
     assert after > max(before, questions) + 50
 
 
