@@ -426,7 +426,7 @@ def train(cfg: TrainConfig) -> Path:
         loss = F.cross_entropy(
             logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100
         )
-        if teacher is not None and batch.teacher_inputs is not None:
+        if teacher is not None:  # its batches carry teacher_inputs
             with torch.no_grad(), autocast:
                 taught = teacher(
                     *(t.to(device) for t in batch.teacher_inputs), k, tags if teacher.cfg.n_tags else None
