@@ -73,6 +73,15 @@ def main() -> None:
         update_readme("accuracy", table(rows, payload))
 
 
+def run(stage: dict) -> str:
+    """One training run of training.json in words: steps, data seen, time, machine, dev scores."""
+    return (
+        f"{stage['steps']:,} steps of {stage['config']['batch']} windows, {stage['seen_tokens'] / 1e6:.1f} M "
+        f"word pieces, {stage['train_seconds'] / 60:.0f} min on {stage['machine']}; dev2012 (first "
+        f"{stage['dev_words']:,} words) micro-F1 {stage['dev_f1_k2']:.1f} at k=2, {stage['dev_f1_offline']:.1f} offline."
+    )
+
+
 def table(rows: list[dict], payload: dict) -> str:
     def f(x: float) -> str:
         return f"{x:.1f}"
@@ -108,13 +117,18 @@ def table(rows: list[dict], payload: dict) -> str:
     if t:
         lines.append("")
         for i, stage in enumerate(t.get("stages", [t]), 1):
-            lines.append(
-                f"- Training stage {i}: from {stage.get('start', 'the encoder')}, {stage['steps']:,} steps of "
-                f"{stage['config']['batch']} windows, {stage['seen_tokens'] / 1e6:.1f} M word pieces, "
-                f"{stage['train_seconds'] / 60:.0f} min on {stage['machine']}; dev2012 (first "
-                f"{stage['dev_words']:,} words) micro-F1 {stage['dev_f1_k2']:.1f} at k=2, "
-                f"{stage['dev_f1_offline']:.1f} offline."
-            )
+            lines.append(f"- Training stage {i}: from {stage.get('start', 'the encoder')}, {run(stage)}")
+            teacher = stage.get("teacher")
+            if teacher:
+                test = teacher.get("test2011_micro_f1", {})
+                scores = ", ".join(
+                    f"{k} {test[k]:.1f}" for k in ("Ref k=2", "Ref offline", "ASR offline") if k in test
+                )
+                lines.append(
+                    f"  Distilled (weight {stage['config']['distill']}, temperature "
+                    f"{stage['config']['temperature']:g}) from a teacher fine-tuned from {teacher['start']}, "
+                    f"{run(teacher)}" + (f" Its test2011 micro-F1: {scores}." if scores else "")
+                )
     return "\n".join(lines)
 
 

@@ -18,6 +18,8 @@ from common import RESULTS, update_readme, write_json  # noqa: E402
 
 from streampunct.punctuator import DEFAULT_CHECKPOINT  # noqa: E402
 
+KEYS = ("dev_f1_k2", "dev_f1_offline")  # the two dev scores that training records and selects on
+
 
 def curve(training: dict) -> list[dict]:
     """One point per dev evaluation, word pieces counted from the start of stage 1. Each stage
@@ -39,7 +41,16 @@ def curve(training: dict) -> list[dict]:
     return points
 
 
-def plot(points: list[dict], path: Path) -> None:
+def teachers(training: dict) -> list[dict]:
+    """The teachers that stages were distilled from: their best dev2012 scores."""
+    return [
+        {"stage": i, "start": s["teacher"]["start"].split(" (")[0], **{k: s["teacher"][k] for k in KEYS}}
+        for i, s in enumerate(training.get("stages", []), 1)
+        if s.get("teacher")
+    ]
+
+
+def plot(points: list[dict], teachers: list[dict], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -52,18 +63,27 @@ def plot(points: list[dict], path: Path) -> None:
             xs = [p["seen_tokens"] / 1e6 for p in points if p["stage"] == s]
             ys = [p[key] for p in points if p["stage"] == s]
             ax.plot(xs, ys, "o-", ms=3, color=color, label=name if s == stages[0] else None)
+        for t in teachers:
+            ax.axhline(
+                t[key],
+                color=color,
+                lw=0.8,
+                ls="--",
+                label=f"{name}, teacher of stage {t['stage']} ({t['start']})",
+            )
     for s in stages[1:]:
         first = min(p["seen_tokens"] for p in points if p["stage"] == s) / 1e6
         ax.axvline(first, color="grey", lw=0.6, ls=":")
+    top = max([p[k] for p in points for k in KEYS] + [t[k] for t in teachers for k in KEYS])
+    legend = []
     for s in stages:
         stage = [p for p in points if p["stage"] == s]
-        ax.annotate(
-            f"stage {s}\n{stage[0]['machine'].split(' (')[0]}\ndev {stage[0]['dev_words'] // 1000}k words",
-            (stage[0]["seen_tokens"] / 1e6, 70.3),
-            fontsize=7,
-            color="grey",
+        ax.annotate(f"stage {s}", (stage[0]["seen_tokens"] / 1e6, top + 1), fontsize=7, color="grey")
+        legend.append(
+            f"stage {s}: {stage[0]['machine'].split(' (')[0]}, dev {stage[0]['dev_words'] // 1000}k words"
         )
-    ax.set_ylim(top=73)
+    ax.text(0.01, 0.86, "\n".join(legend), transform=ax.transAxes, fontsize=7, color="grey", va="top")
+    ax.set_ylim(top=top + 3)
     ax.set_xscale("log")
     ax.set_xlabel("word pieces seen (millions, log scale)")
     ax.set_ylabel("dev2012 micro-F1 (%)")
@@ -80,9 +100,11 @@ def main() -> None:
     ap.add_argument("--readme", action="store_true", help="also rewrite the README's paragraph")
     args = ap.parse_args()
     model_dir = Path(args.model) if args.model else DEFAULT_CHECKPOINT
-    points = curve(json.loads((model_dir / "training.json").read_text()))
-    print(f"wrote {write_json('learning_curve.json', {'model': str(model_dir), 'points': points})}")
-    plot(points, RESULTS / "learning_curve.png")
+    training = json.loads((model_dir / "training.json").read_text())
+    points, distilled_from = curve(training), teachers(training)
+    payload = {"model": str(model_dir), "points": points, "teachers": distilled_from}
+    print(f"wrote {write_json('learning_curve.json', payload)}")
+    plot(points, distilled_from, RESULTS / "learning_curve.png")
     print(f"wrote {RESULTS / 'learning_curve.png'}")
     if args.readme:
         best = max(points, key=lambda p: p["dev_f1_k2"] + p["dev_f1_offline"])
