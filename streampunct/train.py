@@ -286,22 +286,22 @@ def describe_device(device: torch.device) -> str:
     return f"{platform.processor() or platform.machine()} CPU, {os.cpu_count()} cores, {torch.get_num_threads()} threads"
 
 
-def write_summary(run: str | Path, machine: str) -> dict[str, object]:
-    """``<run>/best/training.json``: how the best checkpoint of a run was trained."""
+def write_summary(run: str | Path, machine: str, run_cfg: dict[str, object]) -> dict[str, object]:
+    """``<run>/best/training.json``: how the best checkpoint of a run was trained (``run_cfg``:
+    the run's TrainConfig as a dict), with the dev curve of the whole run so far."""
     run = Path(run)
     records = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines() if line.strip()]
     best = [r for r in records if r["best"]][-1]
-    state_cfg = torch.load(run / "last.pt", map_location="cpu", weights_only=False)["config"]
     summary = {
         "steps": best["step"],
         "seen_tokens": best["seen_tokens"],
         "train_seconds": best["train_seconds"],
         "dev_f1_k2": best["dev_f1_k2"],
         "dev_f1_offline": best["dev_f1_offline"],
-        "dev_words": state_cfg["dev_words"],
+        "dev_words": run_cfg["dev_words"],
         "machine": machine,
-        "start": state_cfg.get("init") or state_cfg.get("encoder") or "the encoder",
-        "config": {k: v for k, v in state_cfg.items() if k not in ("train", "dev", "out", "encoder", "init")},
+        "start": run_cfg.get("init") or run_cfg.get("encoder") or "the encoder",
+        "config": {k: v for k, v in run_cfg.items() if k not in ("train", "dev", "out", "encoder", "init")},
         "curve": records,
     }
     (run / "best" / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -346,6 +346,7 @@ def train(cfg: TrainConfig) -> Path:
         if teacher_vocab.read_bytes() != vocab.read_bytes():
             teacher_pieces = WordPieces(teacher_vocab, teacher.cfg.max_pieces)
         print(f"distilling from {cfg.teacher} ({teacher.n_params() / 1e6:.1f} M parameters)")
+    teacher_cfg = teacher.cfg if teacher else None
     t0 = time.time()
     corpus = Corpus(cfg.train, pieces, cfg.tags, teacher_pieces)
     dev_tokens, dev_labels = normalize_labeled(*read_iwslt(cfg.dev))
@@ -398,9 +399,7 @@ def train(cfg: TrainConfig) -> Path:
 
     if cfg.workers:  # worker processes make batches; a resumed run re-seeds them from its step
         loader = torch.utils.data.DataLoader(
-            Batches(
-                corpus, cfg, model.cfg, seed=(cfg.seed, step), teacher_cfg=teacher.cfg if teacher else None
-            ),
+            Batches(corpus, cfg, model.cfg, seed=(cfg.seed, step), teacher_cfg=teacher_cfg),
             batch_size=None,
             num_workers=cfg.workers,
             prefetch_factor=8,
@@ -408,7 +407,7 @@ def train(cfg: TrainConfig) -> Path:
         )
         batches = iter(loader)
     else:  # made here from the run's own generator: a resumed run continues exactly
-        batches = make_batches(corpus, cfg, model.cfg, rng, teacher.cfg if teacher else None)
+        batches = make_batches(corpus, cfg, model.cfg, rng, teacher_cfg)
     history = (out / "history.jsonl").open("a")
     bar = tqdm(total=cfg.max_steps, initial=step, dynamic_ncols=True, mininterval=5)
     loss_avg = None
@@ -473,8 +472,7 @@ def train(cfg: TrainConfig) -> Path:
             history.flush()
             bar.write(json.dumps(record))
             save_state()
-            if improved:
-                write_summary(out, describe_device(device))
+            write_summary(out, describe_device(device), asdict(cfg))  # the curve goes on past the best
             if bad_evals >= cfg.patience:
                 bar.write(f"no dev gain in {cfg.patience} evaluations: stopping early")
                 break

@@ -66,6 +66,14 @@ def test_train_continues_a_checkpoint(corpus, tmp_path):
     assert len(labels) == 2 and set(labels) <= {"O", "COMMA", "PERIOD", "QUESTION"}
 
 
+def test_the_best_checkpoint_records_the_whole_dev_curve(corpus, tmp_path):
+    # lr 0: the first evaluation is the best, the later ones only tie it
+    best = train(config(corpus, tmp_path, max_steps=3, eval_every=1, lr=0.0))
+    summary = json.loads((best / "training.json").read_text())
+    assert summary["steps"] == 1 and [r["step"] for r in summary["curve"]] == [1, 2, 3]
+    assert summary["config"]["lr"] == 0.0 and summary["start"] == str(DEFAULT_CHECKPOINT)
+
+
 @pytest.mark.parametrize("pos_init, weights_alone", [("tagger", False), ("random", False), ("tagger", True)])
 def test_train_adds_pos_fusion(corpus, tmp_path, pos_init, weights_alone):
     tags = str(corpus / "tags.npy")
