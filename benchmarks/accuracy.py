@@ -1,4 +1,4 @@
-"""Accuracy on IWSLT2011 test (Ref and ASR) at lookahead 0..4 and offline, per class.
+"""Accuracy on IWSLT2011 test (Ref and ASR) at lookahead 0..4 under both engines, and offline, per class.
 
     python benchmarks/accuracy.py --data ../shared/data/iwslt [--model DIR] [--device cuda] [--readme]
 
@@ -17,10 +17,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, update_readme, write_json  # noqa: E402
 
 from streampunct import Punctuator, read_iwslt, score  # noqa: E402
-from streampunct.punctuator import DEFAULT_CHECKPOINT  # noqa: E402
+from streampunct.punctuator import DEFAULT_CHECKPOINT, WINDOW_FROM  # noqa: E402
 
 SETS = {"Ref": "test2011", "ASR": "test2011asr"}
-MODES: list[int | None] = [0, 1, 2, 3, 4, None]
+LOOKAHEADS = [0, 1, 2, 3, 4]
+MODES: list[tuple[str, int | None]] = [
+    *(("masked", k) for k in LOOKAHEADS),
+    *(("window", k) for k in LOOKAHEADS),
+    ("masked", None),
+]
 
 
 def mode_name(k: int | None) -> str:
@@ -42,24 +47,32 @@ def main() -> None:
         if (model_dir / "training.json").is_file()
         else None
     )
-    offsets = p.model.cfg.label_bias
+    offsets = (p.model.cfg.label_bias, p.model.cfg.window_bias)
     calibration_file = model_dir / "calibration.json"
     calibration = json.loads(calibration_file.read_text()) if calibration_file.is_file() else None
     rows = []
     for set_name, file_name in SETS.items():
         words, labels = read_iwslt(Path(args.data) / file_name)
-        for k in MODES:
+        for engine, k in MODES:
             t0 = time.perf_counter()
-            report = score(labels, p.predict(words, lookahead=k))
+            report = score(labels, p.predict(words, lookahead=k, engine=engine))
             seconds = time.perf_counter() - t0
-            row = {"set": set_name, "mode": mode_name(k), "seconds": round(seconds, 2), **report.to_dict()}
-            if offsets:  # the same model deciding by the plain argmax
+            row = {
+                "set": set_name,
+                "mode": mode_name(k),
+                "engine": "-" if k is None else engine,
+                "seconds": round(seconds, 2),
+                **report.to_dict(),
+            }
+            if any(offsets) and engine == "masked":  # the same model deciding by the plain argmax
                 p.model.set_label_bias(())
-                row["micro_f1_plain_argmax"] = score(labels, p.predict(words, lookahead=k)).micro_f1
-                p.model.set_label_bias(offsets)
+                plain = p.predict(words, lookahead=k, engine=engine)
+                row["micro_f1_plain_argmax"] = score(labels, plain).micro_f1
+                p.model.set_label_bias(*offsets)
             rows.append(row)
             print(
-                f"{set_name:4} {mode_name(k):8} micro-F1 {report.micro_f1:5.1f}  ({seconds:.1f}s)", flush=True
+                f"{set_name:4} {mode_name(k):8} {row['engine']:6} micro-F1 {report.micro_f1:5.1f}  ({seconds:.1f}s)",
+                flush=True,
             )
     payload = {
         "machine": machine(),
@@ -70,7 +83,30 @@ def main() -> None:
     }
     print(f"wrote {write_json('accuracy.json', payload)}")
     if args.readme:
+        update_readme("accuracy-summary", summary(rows))
         update_readme("accuracy", table(rows, payload))
+
+
+def summary(rows: list[dict]) -> str:
+    """Micro-F1 by set and mode, one line per engine: the default engine (auto) in bold."""
+    lines = [
+        "| set | engine | " + " | ".join(f"k={k}" for k in LOOKAHEADS) + " | offline |",
+        "|---|---|" + "---|" * (len(LOOKAHEADS) + 1),
+    ]
+    for set_name in SETS:
+        offline = next(r for r in rows if r["set"] == set_name and r["mode"] == "offline")
+        for engine in ("masked", "window"):
+            cells = []
+            for k in LOOKAHEADS:
+                r = next(
+                    r for r in rows if (r["set"], r["mode"], r["engine"]) == (set_name, f"k={k}", engine)
+                )
+                auto = engine == ("masked" if k < WINDOW_FROM else "window")
+                cells.append(f"**{r['micro_f1']:.1f}**" if auto else f"{r['micro_f1']:.1f}")
+            lines.append(
+                f"| {set_name} | {engine} | " + " | ".join(cells) + f" | **{offline['micro_f1']:.1f}** |"
+            )
+    return "\n".join(lines)
 
 
 def run(stage: dict) -> str:
@@ -86,11 +122,11 @@ def table(rows: list[dict], payload: dict) -> str:
     def f(x: float) -> str:
         return f"{x:.1f}"
 
-    plain = all("micro_f1_plain_argmax" in r for r in rows)
+    plain = any("micro_f1_plain_argmax" in r for r in rows)
     lines = [
-        "| set | mode | COMMA P / R / F1 | PERIOD P / R / F1 | QUESTION P / R / F1 | micro-F1 | macro-F1 | SER |"
+        "| set | mode | engine | COMMA P / R / F1 | PERIOD P / R / F1 | QUESTION P / R / F1 | micro-F1 | macro-F1 | SER |"
         + (" plain argmax |" if plain else ""),
-        "|---|---|---|---|---|---|---|---|" + ("---|" if plain else ""),
+        "|---|---|---|---|---|---|---|---|---|" + ("---|" if plain else ""),
     ]
     for r in rows:
         cls = [
@@ -98,8 +134,12 @@ def table(rows: list[dict], payload: dict) -> str:
             for c in ("COMMA", "PERIOD", "QUESTION")
         ]
         lines.append(
-            f"| {r['set']} | {r['mode']} | {' | '.join(cls)} | **{f(r['micro_f1'])}** | {f(r['macro_f1'])} | {f(r['ser'])} |"
-            + (f" {f(r['micro_f1_plain_argmax'])} |" if plain else "")
+            f"| {r['set']} | {r['mode']} | {r['engine']} | {' | '.join(cls)} | **{f(r['micro_f1'])}** | {f(r['macro_f1'])} | {f(r['ser'])} |"
+            + (
+                f" {f(r['micro_f1_plain_argmax']) if 'micro_f1_plain_argmax' in r else '-'} |"
+                if plain
+                else ""
+            )
         )
     m = payload["machine"]
     lines.append("")
@@ -109,9 +149,10 @@ def table(rows: list[dict], payload: dict) -> str:
     c = payload.get("calibration")
     if c:
         lines.append(
-            f"Decisions add per-lookahead offsets to the logits, tuned on the first {c['words']:,} words of "
-            f"{c['dev']} (`streampunct calibrate`); the last column is the same model deciding by the "
-            "plain argmax."
+            f"Decisions add per-lookahead and per-engine offsets to the logits, tuned on the first {c['words']:,} "
+            f"words of {c['dev']} ({c.get('window_words', c['words']):,} for the window engine; "
+            "`streampunct calibrate`); the last column is the same model deciding by the plain argmax "
+            "(masked engine and offline)."
         )
     t = payload.get("training")
     if t:

@@ -27,6 +27,17 @@ def add_stream_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--max-delay-ms", type=float, default=1500, help="time limit for a decision (default 1500)"
     )
+    ap.add_argument(
+        "--engine",
+        choices=("auto", "masked", "window"),
+        default="auto",
+        help="masked (cheapest per word) or window (more accurate); auto: window from k=1 (default)",
+    )
+
+
+def stream_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The config message's settings from the command line (add_stream_args)."""
+    return {"lookahead": args.lookahead, "max_delay_ms": args.max_delay_ms, "engine": args.engine}
 
 
 async def open_stream(

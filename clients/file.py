@@ -23,7 +23,15 @@ from typing import Any
 
 import numpy as np
 
-from clients.common import ClientError, add_stream_args, caption_of, open_stream, run_client, write_subtitles
+from clients.common import (
+    ClientError,
+    add_stream_args,
+    caption_of,
+    open_stream,
+    run_client,
+    stream_config,
+    write_subtitles,
+)
 from streampunct.captions import Caption
 
 CHUNK_S = 0.25
@@ -101,7 +109,7 @@ async def main(args: argparse.Namespace) -> int:
         lag = "" if latency != latency else f" +{latency:4.1f}s"  # NaN when not paced
         print(f"[{c.start or 0:7.2f}s{lag}] {c.text}", flush=True)
 
-    config = {"lookahead": args.lookahead, "max_delay_ms": args.max_delay_ms}
+    config = stream_config(args)
     result = await stream_file(args.url, audio, args.speed, config, show)
     lat = result.latencies
     if lat and args.speed > 0:

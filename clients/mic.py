@@ -16,7 +16,15 @@ import json
 import sys
 from typing import Any
 
-from clients.common import ClientError, add_stream_args, caption_of, open_stream, run_client, write_subtitles
+from clients.common import (
+    ClientError,
+    add_stream_args,
+    caption_of,
+    open_stream,
+    run_client,
+    stream_config,
+    write_subtitles,
+)
 from streampunct.captions import Caption
 
 END_WAIT_S = 30.0  # after Ctrl-C, how long the server may take to send the last captions
@@ -67,9 +75,7 @@ async def main(args: argparse.Namespace) -> int:
     def on_audio(indata: Any, frames: int, t: Any, status: Any) -> None:
         loop.call_soon_threadsafe(chunks.put_nowait, bytes(indata))
 
-    ws, _ = await open_stream(
-        args.url, "/v1/asr", {"lookahead": args.lookahead, "max_delay_ms": args.max_delay_ms}
-    )
+    ws, _ = await open_stream(args.url, "/v1/asr", stream_config(args))
     screen = Screen()
     captions: list[Caption] = []
 

@@ -21,7 +21,7 @@ import json
 import sys
 from typing import Any
 
-from clients.common import ClientError, add_stream_args, open_stream, run_client
+from clients.common import ClientError, add_stream_args, open_stream, run_client, stream_config
 from streampunct.captions import Captioner
 from streampunct.stream import PunctEvent
 
@@ -62,9 +62,7 @@ async def receive(ws: Any, out: Any) -> None:
 
 async def main(args: argparse.Namespace) -> int:
     source = open(args.file, encoding="utf-8") if args.file else sys.stdin  # noqa: SIM115
-    ws, _ = await open_stream(
-        args.url, "/v1/punct", {"lookahead": args.lookahead, "max_delay_ms": args.max_delay_ms}
-    )
+    ws, _ = await open_stream(args.url, "/v1/punct", stream_config(args))
     async with ws:
         receiver = asyncio.create_task(receive(ws, sys.stdout))
         loop = asyncio.get_running_loop()

@@ -235,9 +235,9 @@ class Session:
 class PunctSession(Session):
     async def configure(self, msg: dict[str, Any]) -> None:
         cfg = P.parse_config(msg)
-        self.stream = self.app.punctuator.stream(lookahead=cfg.lookahead, max_delay_ms=cfg.max_delay_ms)
+        self.stream = self.app.punctuator.stream(cfg.lookahead, cfg.max_delay_ms, cfg.engine)
         self.cfg = cfg
-        await self.send(P.ready(self.id, cfg, "punct"))
+        await self.send(P.ready(self.id, cfg, "punct", self.stream.engine))
 
     async def on_message(self, message: str | bytes) -> bool:
         msg = P.parse(message)
@@ -279,11 +279,11 @@ class AsrSession(Session):
 
         cfg = P.parse_config(msg, audio=True)
         self.recognizer = StreamingRecognizer(await self.app.whisper())
-        self.stream = self.app.punctuator.stream(lookahead=cfg.lookahead, max_delay_ms=cfg.max_delay_ms)
+        self.stream = self.app.punctuator.stream(cfg.lookahead, cfg.max_delay_ms, cfg.engine)
         self.captioner = Captioner()
         self.ends: dict[int, float] = {}  # word end times of words not final yet
         self.cfg = cfg
-        await self.send(P.ready(self.id, cfg, "asr"))
+        await self.send(P.ready(self.id, cfg, "asr", self.stream.engine))
 
     async def on_message(self, message: str | bytes) -> bool:
         loop = asyncio.get_running_loop()

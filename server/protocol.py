@@ -15,7 +15,7 @@ from typing import Any
 
 from streampunct import StreamPunctError
 from streampunct.asr import SAMPLE_RATE
-from streampunct.punctuator import MAX_LOOKAHEAD
+from streampunct.punctuator import ENGINES, MAX_LOOKAHEAD
 from streampunct.stream import PunctEvent, Word
 
 VERSION = 1
@@ -35,6 +35,7 @@ class StreamConfig:
     lookahead: int = 2
     max_delay_ms: float | None = 1500.0
     sample_rate: int = SAMPLE_RATE  # /v1/asr only
+    engine: str = "auto"  # how the lookahead is bounded (streampunct.punctuator.ENGINES)
 
 
 def parse(text: str | bytes) -> dict[str, Any]:
@@ -85,7 +86,10 @@ def parse_config(msg: dict[str, Any], audio: bool = False) -> StreamConfig:
         raise ProtocolError(
             "bad_message", f'"sample_rate" must be {SAMPLE_RATE} (16-bit mono PCM), got {rate!r}'
         )
-    return StreamConfig(k, delay, SAMPLE_RATE)
+    engine = msg.get("engine", defaults.engine)
+    if engine not in ENGINES:
+        raise ProtocolError("bad_message", f'"engine" must be one of {", ".join(ENGINES)}, got {engine!r}')
+    return StreamConfig(k, delay, SAMPLE_RATE, engine)
 
 
 def parse_words(value: Any) -> list[Word]:
@@ -124,13 +128,15 @@ def parse_index(msg: dict[str, Any]) -> int:
 # --- messages out ------------------------------------------------------------------------------
 
 
-def ready(session: str, cfg: StreamConfig, endpoint: str) -> dict[str, Any]:
+def ready(session: str, cfg: StreamConfig, endpoint: str, engine: str) -> dict[str, Any]:
+    """The answer to a config: the stream's settings, with the engine it runs (``auto`` resolved)."""
     out: dict[str, Any] = {
         "type": "ready",
         "version": VERSION,
         "session": session,
         "lookahead": cfg.lookahead,
         "max_delay_ms": cfg.max_delay_ms,
+        "engine": engine,
     }
     if endpoint == "asr":
         out["sample_rate"] = cfg.sample_rate

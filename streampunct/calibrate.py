@@ -5,7 +5,8 @@ sees little ahead: at k=0 a word's mark is a guess, and O is the safe one. Addin
 each mark's logit before the argmax moves precision against recall. Here the offsets are chosen,
 for each lookahead k = 0 .. 4 and for offline, to maximise micro-F1 on dev data (coordinate ascent
 over a grid, O's offset fixed at 0), and written into the checkpoint's ``config.json`` as
-``label_bias`` (see :meth:`~streampunct.model.PunctModel.biased`); the weights are not touched.
+``label_bias`` (see :meth:`~streampunct.model.PunctModel.biased`); the window engine's, per k, as
+``window_bias``. The weights are not touched.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .text import LABEL_ID
 __all__ = ["LOOKAHEADS", "calibrate", "tune_offsets"]
 
 LOOKAHEADS: tuple[int | None, ...] = (0, 1, 2, 3, 4, None)  # k = 4's offsets serve every larger k
+MODES = [("masked", k) for k in LOOKAHEADS] + [("window", k) for k in LOOKAHEADS if k is not None]
 GRID = torch.arange(-3.0, 3.0001, 0.05)
 
 
@@ -49,20 +51,25 @@ def tune_offsets(logits: torch.Tensor, gold: torch.Tensor, rounds: int = 3) -> t
 
 
 def calibrate(
-    p: Punctuator, tokens: Sequence[str], labels: Sequence[str], log=print
+    p: Punctuator, tokens: Sequence[str], labels: Sequence[str], window_words: int | None = None, log=print
 ) -> list[dict[str, object]]:
-    """Tune ``p.model``'s offsets on normalised dev tokens and their labels, and set them on the
-    model; returns, per lookahead, the offsets and dev micro-F1 before and after."""
+    """Tune ``p.model``'s offsets on normalised dev tokens and their labels (the window engine's on
+    the first ``window_words`` of them: it costs a pass per word), and set them on the model;
+    returns, per mode, the offsets and dev micro-F1 before and after."""
     model = p.model
     model.set_label_bias(())  # tune on the plain logits
-    gold = torch.tensor([LABEL_ID[label] for label in labels])
-    rows, report = [], []
-    for k in LOOKAHEADS:
-        logits = token_logits(model, p.pieces, tokens, k, tags=p.tags(tokens, k))
+    rows: dict[str, list[list[float]]] = {"masked": [], "window": []}
+    report = []
+    for engine, k in MODES:
+        if engine == "window" and model.cfg.n_tags:
+            continue  # the window engine does not fuse tags
+        n = len(tokens) if engine == "masked" else window_words or len(tokens)
+        gold = torch.tensor([LABEL_ID[label] for label in labels[:n]])
+        logits = token_logits(model, p.pieces, tokens[:n], k, tags=p.tags(tokens[:n], k), engine=engine)
         offsets, after = tune_offsets(logits, gold)
         before = _micro_f1(logits.argmax(-1), gold)
-        rows.append(offsets)
-        mode = "offline" if k is None else f"k={k}"
+        rows[engine].append(offsets)
+        mode = "offline" if k is None else f"k={k}" + (" window" if engine == "window" else "")
         report.append(
             {
                 "mode": mode,
@@ -71,6 +78,6 @@ def calibrate(
                 "calibrated": round(after, 2),
             }
         )
-        log(f"{mode:8} COMMA, PERIOD, QUESTION {offsets[1:]}: dev micro-F1 {before:.2f} -> {after:.2f}")
-    model.set_label_bias(rows)
+        log(f"{mode:9} COMMA, PERIOD, QUESTION {offsets[1:]}: dev micro-F1 {before:.2f} -> {after:.2f}")
+    model.set_label_bias(rows["masked"], rows["window"])
     return report

@@ -26,6 +26,13 @@ def _add_mode(p: argparse.ArgumentParser) -> None:
         help="streaming model: decide each word seeing K words ahead",
     )
     mode.add_argument("--offline", action="store_true", help="whole context, both sides (the default)")
+    p.add_argument(
+        "--engine",
+        choices=("auto", "masked", "window"),  # punctuator.ENGINES, without importing torch here
+        default="auto",
+        help="how the lookahead is bounded: masked (cheapest per word), window (each word read by "
+        "the offline model over its own window: more accurate), auto (window from k=1, the default)",
+    )
     p.add_argument("--model", metavar="DIR", help="checkpoint folder (default: the shipped model)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: cuda if present)")
 
@@ -54,13 +61,13 @@ def cmd_punctuate(args: argparse.Namespace) -> int:
     if not text.split():
         raise EmptyInputError("no words in the input")
     p = Punctuator.load(args.model, device=args.device)
-    print(p.punctuate(text, lookahead=args.lookahead))
+    print(p.punctuate(text, lookahead=args.lookahead, engine=args.engine))
     return 0
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .metrics import score
-    from .punctuator import Punctuator
+    from .punctuator import Punctuator, resolve_engine
     from .text import read_iwslt
 
     if args.data is None:
@@ -68,13 +75,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     words, labels = read_iwslt(args.data)
     p = Punctuator.load(args.model, device=args.device)
     t0 = time.perf_counter()
-    predicted = p.predict(words, lookahead=args.lookahead)
+    predicted = p.predict(words, lookahead=args.lookahead, engine=args.engine)
     seconds = time.perf_counter() - t0
     report = score(labels, predicted)
     if args.json:
         print(json.dumps(report.to_dict()))
     else:
-        mode = "offline" if args.lookahead is None else f"lookahead {args.lookahead}"
+        engine = resolve_engine(p.model, args.engine, args.lookahead)
+        mode = "offline" if args.lookahead is None else f"lookahead {args.lookahead}, {engine} engine"
         print(f"{args.data} ({mode}, {seconds:.1f}s on {p.device})")
         print(report.table())
     return 0
@@ -94,12 +102,20 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise EmptyInputError(f"no words in {args.dev}")
     folder = Path(args.model) if args.model else DEFAULT_CHECKPOINT
     p = Punctuator.load(folder, device=args.device)
-    print(f"calibrating {folder} on {len(tokens):,} words of {args.dev}")
-    report = calibrate(p, tokens, labels)
+    window_words = min(len(tokens), args.window_words or len(tokens))
+    print(
+        f"calibrating {folder} on {len(tokens):,} words of {args.dev} ({window_words:,} for the window engine)"
+    )
+    report = calibrate(p, tokens, labels, window_words)
     p.model.save_config(folder)
-    summary = {"dev": Path(args.dev).name, "words": len(tokens), "modes": report}
+    summary = {
+        "dev": Path(args.dev).name,
+        "words": len(tokens),
+        "window_words": window_words,
+        "modes": report,
+    }
     (folder / "calibration.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"wrote {folder / 'config.json'} (label_bias) and {folder / 'calibration.json'}")
+    print(f"wrote {folder / 'config.json'} (label_bias, window_bias) and {folder / 'calibration.json'}")
     return 0
 
 
@@ -198,6 +214,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", metavar="DIR", help="checkpoint folder, changed in place (default: the shipped model)"
     )
     p.add_argument("--words", type=int, default=60000, help="dev words to tune on (default: 60,000)")
+    p.add_argument(
+        "--window-words",
+        type=int,
+        default=20000,
+        help="the first N of them for the window engine, a pass per word (default: 20,000)",
+    )
     p.add_argument("--device", default="auto")
     p.set_defaults(run=cmd_calibrate)
 
@@ -292,6 +314,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="weight of the teacher's probabilities in the loss, 0 to 1 (the labels': the rest)",
     )
     p.add_argument("--temperature", type=float, default=_train_default("temperature"))
+    p.add_argument(
+        "--window-share",
+        type=float,
+        default=_train_default("window_share"),
+        help="share of batches that train the window engine, 0 to 1 (dev k=2 is then scored with it)",
+    )
     p.add_argument("--device", default="auto")
     p.set_defaults(run=cmd_train)
 

@@ -6,6 +6,10 @@ output of layer ``l`` for word ``w`` depends on words up to ``w + reach_l`` wher
 layer ``l`` must recompute only the rows of words ``>= w0 - reach_l``; every other row, and the keys
 and values made from it, is kept. A new word therefore costs ``O(k + 1)`` rows per layer and one
 attention of those rows over the window, instead of a forward pass over the whole window.
+
+A window without a lookahead (``None``) is one pass of the window engine (see
+:mod:`streampunct.punctuator`): every word sees every word, so it is computed whole, and a word's
+logits are decided as seen with the words after it in the window as its lookahead.
 """
 
 from __future__ import annotations
@@ -31,12 +35,14 @@ class WindowState:
     place: a new word writes its own rows and copies nothing else.
     """
 
-    def __init__(self, model: PunctModel, lookahead: int):
+    def __init__(self, model: PunctModel, lookahead: int | None):
         self.model = model
         cfg = model.cfg
         self.lookahead = lookahead
         self.ks = layer_lookaheads(lookahead, cfg.n_layer)
-        self.reach = list(itertools.accumulate(self.ks))  # type: ignore[arg-type]
+        self.reach = (
+            [math.inf] * cfg.n_layer if lookahead is None else list(itertools.accumulate(self.ks))  # type: ignore[arg-type]
+        )
         self.device = next(model.parameters()).device
         self.ids: list[int] = [cfg.cls_id]
         self.word_pos: list[int] = [-1]
@@ -119,7 +125,10 @@ class WindowState:
         m = self.model
         top = self.h(m.cfg.n_layer)
         if not m.cfg.n_tags:
-            return m.biased(m.head(top[self._last_piece(word)]).float().cpu(), self.lookahead)
+            logits = m.head(top[self._last_piece(word)]).float().cpu()
+            if self.lookahead is None:  # a window-engine pass
+                return m.biased(logits, self.n_words - 1 - word, "window")
+            return m.biased(logits, self.lookahead)
         if tags is None or len(tags) < word + 1:
             raise ValueError("a POS-fused model needs the tags of the window's words up to this one")
         kept = min(self.fusion_keys.shape[2], word)
@@ -190,7 +199,10 @@ def compute_many(windows: Sequence[WindowState]) -> None:
             n = t - db
             key = (w.ks[i], db)
             if key not in biases[b]:  # [CLS] is word -1: every word sees it
-                allowed = word_pos[b][None, :t] <= word_pos[b][db:t, None] + w.ks[i]  # (n, t)
+                if w.ks[i] is None:
+                    allowed = torch.ones(t - db, t, dtype=torch.bool, device=dev)
+                else:
+                    allowed = word_pos[b][None, :t] <= word_pos[b][db:t, None] + w.ks[i]  # (n, t)
                 rel = m.position_bias(positions[db:t], positions[:t])  # (nh, n, t) or None
                 biases[b][key] = torch.where(allowed, 0.0 if rel is None else rel, -math.inf)
             scores = torch.baddbmm(

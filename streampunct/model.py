@@ -66,6 +66,9 @@ class ModelConfig:
     # on cross-entropy marks too rarely where it sees little ahead; `streampunct calibrate` tunes
     # these on dev data (calibrate.py). Empty: the plain argmax.
     label_bias: tuple[tuple[float, ...], ...] = ()
+    # The same for the window engine (a word decided by the offline model over a window that ends
+    # k words after it, see punctuator.py): one row per lookahead from k=0, the last for larger k.
+    window_bias: tuple[tuple[float, ...], ...] = ()
 
 
 def window_limit(cfg: ModelConfig) -> int:
@@ -224,21 +227,35 @@ class PunctModel(nn.Module):
             self.tag_emb = nn.Embedding(cfg.n_tags, cfg.pos_dim)
             self.fusion = Layer(replace(cfg, n_embd=width, n_head=cfg.fusion_heads, n_inner=2 * width))
         self.head = Linear(width, cfg.n_labels)
-        self.set_label_bias(cfg.label_bias)
+        self.set_label_bias(cfg.label_bias, cfg.window_bias)
 
-    def set_label_bias(self, rows: Sequence[Sequence[float]]) -> None:
-        """Replace the decision offsets (``ModelConfig.label_bias``); ``()`` removes them."""
-        if rows and (len(rows) < 2 or any(len(row) != self.cfg.n_labels for row in rows)):
+    def set_label_bias(
+        self, rows: Sequence[Sequence[float]], window_rows: Sequence[Sequence[float]] = ()
+    ) -> None:
+        """Replace the decision offsets (``ModelConfig.label_bias`` and ``window_bias``); ``()``
+        removes them."""
+        n = self.cfg.n_labels
+        if rows and (len(rows) < 2 or any(len(row) != n for row in rows)):
             raise ValueError(
-                f"label_bias needs a row of {self.cfg.n_labels} offsets for each lookahead from k=0 "
+                f"label_bias needs a row of {n} offsets for each lookahead from k=0 "
                 f"and one for offline, got {[len(row) for row in rows]}"
             )
-        self.cfg = replace(self.cfg, label_bias=tuple(tuple(float(x) for x in row) for row in rows))
+        if any(len(row) != n for row in window_rows):
+            raise ValueError(
+                f"window_bias needs a row of {n} offsets for each lookahead from k=0, "
+                f"got {[len(row) for row in window_rows]}"
+            )
+        self.cfg = replace(self.cfg, label_bias=_rows(rows), window_bias=_rows(window_rows))
         self._label_bias = torch.tensor(self.cfg.label_bias) if rows else None
+        self._window_bias = torch.tensor(self.cfg.window_bias) if window_rows else None
 
-    def biased(self, logits: torch.Tensor, lookahead: int | None) -> torch.Tensor:
-        """CPU logits (..., n_labels) plus the decision offsets of ``lookahead``: what decisions
-        take the argmax of."""
+    def biased(self, logits: torch.Tensor, lookahead: int | None, engine: str = "masked") -> torch.Tensor:
+        """CPU logits (..., n_labels) plus the decision offsets of ``lookahead`` (under the masked
+        or the window engine): what decisions take the argmax of."""
+        if engine == "window" and lookahead is not None:
+            if self._window_bias is None:
+                return logits
+            return logits + self._window_bias[min(lookahead, len(self._window_bias) - 1)]
         if self._label_bias is None:
             return logits
         rows = self._label_bias
@@ -441,6 +458,10 @@ ENCODER_NAMES: dict[str, tuple[dict[str, str], dict[str, str]]] = {
         },
     ),
 }
+
+
+def _rows(rows: Sequence[Sequence[float]]) -> tuple[tuple[float, ...], ...]:
+    return tuple(tuple(float(x) for x in row) for row in rows)
 
 
 def _fuse_qkv(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -12,6 +12,11 @@ words follow it, or once the recogniser's clock has passed the word's end by ``m
 has: the words that had ended by its deadline. Without time limits firing, the final labels equal
 ``Punctuator.predict(words, lookahead=k)`` word for word.
 
+Under the window engine (``engine="window"``, see :mod:`streampunct.punctuator`) each decision is
+its own pass over the ``context`` tokens before the word and the ones after it; one pass also gives
+the provisional labels of the words after the newest final one. Passes of many streams batch
+together as the masked engine's windows do.
+
 Lookahead counts the model's tokens, which are IWSLT words: a recogniser word such as "don't" is
 two of them ("do n't"), and "--" is none (it is labelled O).
 
@@ -36,7 +41,7 @@ from .errors import InputError
 from .incremental import WindowState, compute_many
 from .model import PunctModel
 from .pieces import WordPieces
-from .punctuator import MAX_LOOKAHEAD, window_logits
+from .punctuator import MAX_LOOKAHEAD, window_logits, word_window_start
 from .text import LABELS, MARKS, normalize
 
 if TYPE_CHECKING:
@@ -122,13 +127,21 @@ class PunctStream:
     """One stream of words in, punctuation events out. Create it with ``Punctuator.stream()``."""
 
     def __init__(
-        self, model: PunctModel, pieces: WordPieces, policy: Lookahead, tagger: Tagger | None = None
+        self,
+        model: PunctModel,
+        pieces: WordPieces,
+        policy: Lookahead,
+        tagger: Tagger | None = None,
+        engine: str = "masked",
     ):
         if model.cfg.n_tags and tagger is None:
             raise InputError("this checkpoint fuses POS tags: stream it with a tagger (Punctuator.stream())")
+        if engine not in ("masked", "window") or (engine == "window" and model.cfg.n_tags):
+            raise InputError(f"a stream of this checkpoint runs the masked or window engine, not {engine!r}")
         self.model = model
         self.pieces = pieces
         self.policy = policy
+        self.engine = engine
         self._k = policy.words
         self._words: list[Word] = []  # words from _word_base on
         self._word_base = 0
@@ -139,7 +152,8 @@ class PunctStream:
         # A POS-fused model: tags made as tokens arrive, under the same lookahead
         self._tag_stream = tagger.stream(policy.words) if model.cfg.n_tags and tagger else None
         self._tok_tag: list[int] = []  # final tags' ids, from _tok_base on
-        self._windows: dict[int, WindowState] = {}  # by block
+        self._windows: dict[int, WindowState] = {}  # masked engine: by block
+        self._passes: dict[tuple[int, int], WindowState] = {}  # window engine: by tokens (start, end)
         self._final_words = 0
         self._final_tokens = 0
         self._shown: dict[int, str] = {}  # provisional label last shown, by word
@@ -180,6 +194,7 @@ class PunctStream:
         events = self._advance(None, flush=True)
         self._finished = True
         self._windows.clear()
+        self._passes.clear()
         return events
 
     # --- staging: change the words, compute nothing (a batch computes many streams at once) --
@@ -211,6 +226,7 @@ class PunctStream:
             del self._tok_tag[max(0, cut - self._tok_base) :]
         self._final_tokens = min(self._final_tokens, cut)
         self._shown = {i: lab for i, lab in self._shown.items() if i < index}
+        self._passes.clear()
         for b in list(self._windows):
             start = self._window_start(b)
             if start >= cut:
@@ -221,7 +237,36 @@ class PunctStream:
             self._add(w)
 
     def _open_windows(self) -> list[WindowState]:
-        return list(self._windows.values())
+        """The windows the next decisions read: under the window engine, one pass for each token
+        that has its full lookahead, and one whose tail gives the provisional labels."""
+        if self.engine == "masked":
+            return list(self._windows.values())
+        n = self._tok_base + len(self._ids)
+        for t in range(self._final_tokens, n - self._k):
+            self._pass(t, t + self._k + 1, compute=False)
+        if n:
+            self._pass(self._tail_token(), n, compute=False)
+        return list(self._passes.values())
+
+    def _tail_token(self) -> int:
+        """The newest token with its full lookahead (or the first): its window-engine pass also
+        gives the provisional labels of the tokens after it."""
+        return max(0, self._tok_base + len(self._ids) - 1 - self._k)
+
+    def _pass_start(self, t: int) -> int:
+        return word_window_start(t, self.model.cfg, "window")
+
+    def _pass(self, t: int, end: int, compute: bool = True) -> WindowState:
+        """The window-engine pass that decides token ``t`` from the tokens before ``end``."""
+        start = self._pass_start(t)
+        state = self._passes.get((start, end))
+        if state is None:
+            state = self._passes[start, end] = WindowState(self.model, None)
+            for pieces in self._ids[start - self._tok_base : end - self._tok_base]:
+                state.append(pieces)
+        if compute:
+            state.compute()
+        return state
 
     # --- internals ---------------------------------------------------------------------------
 
@@ -257,14 +302,15 @@ class PunctStream:
             self._tok_word.append(index)
             if self._tag_stream is not None:
                 self._tok_tag += self._tag_ids(tag for _, tag in self._tag_stream.push(token))
-            cfg = self.model.cfg
-            first = max(0, -((t - cfg.block - self._k + 1) // -cfg.block))  # ceil
-            for b in range(first, (t + cfg.context) // cfg.block + 1):
-                if b not in self._windows:
-                    if self._window_start(b) != t:
-                        continue  # that window was closed, or opens with a later token
-                    self._windows[b] = WindowState(self.model, self._k)
-                self._windows[b].append(pieces)
+            if self.engine == "masked":  # the block windows the token belongs to
+                cfg = self.model.cfg
+                first = max(0, -((t - cfg.block - self._k + 1) // -cfg.block))  # ceil
+                for b in range(first, (t + cfg.context) // cfg.block + 1):
+                    if b not in self._windows:
+                        if self._window_start(b) != t:
+                            continue  # that window was closed, or opens with a later token
+                        self._windows[b] = WindowState(self.model, self._k)
+                    self._windows[b].append(pieces)
         if w.end is not None or w.start is not None:
             self._clock = max(self._clock, w.end if w.end is not None else w.start)  # type: ignore[type-var]
 
@@ -290,6 +336,8 @@ class PunctStream:
             j = after
         else:
             return None
+        if self.engine == "window":
+            return int(self._pass(t, t + j + 1).logits(t - self._pass_start(t)).argmax())
         if j == self._k:  # the full lookahead: the incremental window has it
             block = t // self.model.cfg.block
             start = self._window_start(block)
@@ -318,6 +366,7 @@ class PunctStream:
             self._final_tokens += 1
         events = self._finalise_words()
         events.extend(self._provisional())
+        self._passes.clear()
         self._trim()
         return events
 
@@ -338,6 +387,10 @@ class PunctStream:
     def _provisional(self) -> list[PunctEvent]:
         events = []
         cfg = self.model.cfg
+        tail_pass, tail_start = None, 0
+        if self.engine == "window" and self._ids:  # the newest pass covers every token not final
+            tail = self._tail_token()
+            tail_pass, tail_start = self._pass(tail, self._tok_base + len(self._ids)), self._pass_start(tail)
         tags = None
         if self._tag_stream is not None:  # final tags, then the tagger's current view of the rest
             tags = self._tok_tag + self._tag_ids(self._tag_stream.provisional())
@@ -348,10 +401,13 @@ class PunctStream:
                 continue
             if pos + 1 < len(self._ids) and self._tok_word[pos + 1] == i:
                 continue  # not the word's last token
-            block = t // cfg.block
-            start = self._window_start(block)
-            window_tags = tags[start - self._tok_base : t + 1 - self._tok_base] if tags else None
-            label = LABELS[int(self._windows[block].logits(t - start, window_tags).argmax())]
+            if tail_pass is not None:  # the window engine: the newest pass's view, fewer words ahead
+                label = LABELS[int(tail_pass.logits(t - tail_start).argmax())]
+            else:
+                block = t // cfg.block
+                start = self._window_start(block)
+                window_tags = tags[start - self._tok_base : t + 1 - self._tok_base] if tags else None
+                label = LABELS[int(self._windows[block].logits(t - start, window_tags).argmax())]
             if self._shown.get(i) != label:
                 self._shown[i] = label
                 events.append(PunctEvent(i, self._words[i - self._word_base].text, label, False))
@@ -366,7 +422,7 @@ class PunctStream:
         block = open_from // cfg.block
         for b in [b for b in self._windows if b < block]:
             del self._windows[b]
-        keep_from = self._window_start(block)
+        keep_from = self._window_start(block) if self.engine == "masked" else max(0, open_from - cfg.context)
         if keep_from - self._tok_base > 4 * cfg.block:
             drop = keep_from - self._tok_base
             del self._ids[:drop], self._tok_word[:drop], self._tok_label[:drop], self._tok_tag[:drop]

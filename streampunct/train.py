@@ -7,10 +7,14 @@
   corpus word, or deleted, with probability ``noise`` each.
 - The lookahead is drawn per batch from ``LOOKAHEAD_CHOICES`` (``None`` = offline), and the last
   words of a window, which lack the right context they will have at inference, carry no loss.
+- A share ``window_share`` of the batches trains the window engine (see :mod:`streampunct.punctuator`):
+  offline attention over windows of ``context + WINDOW_TAIL + 1`` words, with loss on the last
+  ``WINDOW_TAIL + 1``, each seen with 0 to ``WINDOW_TAIL`` words ahead as that engine sees them.
 - Distillation (``teacher``): the model also learns a trained checkpoint's word probabilities
   (a larger encoder's, any vocabulary) at the batch's lookahead, at ``temperature``, with weight
   ``distill`` against the labels' ``1 - distill``.
-- Model selection on a dev set (mean of micro-F1 at k=2 and offline), early stopping after
+- Model selection on a dev set (mean of micro-F1 at k=2 and offline; k=2 under the window engine
+  when it is trained), early stopping after
   ``patience`` evaluations without gain; ``last.pt`` in the output folder resumes a run exactly.
 """
 
@@ -39,6 +43,7 @@ __all__ = ["TrainConfig", "train"]
 LOOKAHEAD_CHOICES: tuple[int | None, ...] = (None, None, None, 0, 1, 2, 2, 3, 4, 6, 8)
 ENCODER = ("tok_emb.", "pos_emb.", "type_emb.", "ln_emb.", "rel_bias.", "layers.")  # parameter names
 OFFLINE_LOSS_CUT = 16  # offline windows: the last words lack right context; no loss on them
+WINDOW_TAIL = 4  # window-engine batches: loss on the words with 0 to 4 words after them
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,7 @@ class TrainConfig:
     teacher: str | None = None
     distill: float = 0.5  # weight of the teacher's term; the labels' term has 1 - distill
     temperature: float = 2.0
+    window_share: float = 0.0  # share of batches that train the window engine
 
 
 class Corpus:
@@ -147,7 +153,12 @@ def make_batches(
     """Endless training batches."""
     while True:
         k = LOOKAHEAD_CHOICES[int(rng.integers(len(LOOKAHEAD_CHOICES)))]
-        windows = [corpus.sample(rng, cfg.window, cfg.noise) for _ in range(cfg.batch)]
+        length, n_windows = cfg.window, cfg.batch
+        window_batch = cfg.window_share > 0 and rng.random() < cfg.window_share
+        if window_batch:  # the window engine's windows, as many words in all as a batch of the others
+            k, length = None, model_cfg.context + WINDOW_TAIL + 1
+            n_windows = max(1, cfg.batch * cfg.window // length)
+        windows = [corpus.sample(rng, length, cfg.noise) for _ in range(n_windows)]
         words = [corpus.words[ps].tolist() for ps, _ in windows]
         input_ids, word_pos, word_ends = collate(
             [[corpus.type_pieces[w] for w in ws] for ws in words], model_cfg
@@ -159,11 +170,15 @@ def make_batches(
         if teacher_cfg is not None:
             table = corpus.teacher_type_pieces or corpus.type_pieces
             teacher_inputs = collate([[table[w] for w in ws] for ws in words], teacher_cfg)
-        target = torch.full((cfg.batch, word_ends.shape[1]), -100, dtype=torch.long)
+        target = torch.full((n_windows, word_ends.shape[1]), -100, dtype=torch.long)
         cut = OFFLINE_LOSS_CUT if k is None else k
         for b, (_, labs) in enumerate(windows):
-            n = len(labs) - cut
-            target[b, :n] = torch.tensor(labs[:n])
+            if window_batch:
+                first = max(0, len(labs) - WINDOW_TAIL - 1)
+                target[b, first : len(labs)] = torch.tensor(labs[first:])
+            else:
+                n = len(labs) - cut
+                target[b, :n] = torch.tensor(labs[:n])
         yield Batch(k, (input_ids, word_pos, word_ends), target, tags, teacher_inputs)
 
 
@@ -204,9 +219,10 @@ def evaluate_tokens(
     labels: list[str],
     k: int | None,
     tags: list[int] | None = None,
+    engine: str = "masked",
 ) -> float:
     model.eval()
-    pred = label_tokens(model, pieces, tokens, k, tags)
+    pred = label_tokens(model, pieces, tokens, k, tags, engine)
     return score(labels, [LABELS[i] for i in pred]).micro_f1
 
 
@@ -408,6 +424,7 @@ def train(cfg: TrainConfig) -> Path:
         batches = iter(loader)
     else:  # made here from the run's own generator: a resumed run continues exactly
         batches = make_batches(corpus, cfg, model.cfg, rng, teacher_cfg)
+    dev_engine = "window" if cfg.window_share else "masked"  # the engine k=2 is scored with
     history = (out / "history.jsonl").open("a")
     bar = tqdm(total=cfg.max_steps, initial=step, dynamic_ncols=True, mininterval=5)
     loss_avg = None
@@ -447,7 +464,7 @@ def train(cfg: TrainConfig) -> Path:
         bar.set_postfix(loss=f"{loss_avg:.3f}", tok_s=f"{n_tok / dt:.0f}", lr=f"{lr:.1e}")
 
         if step % cfg.eval_every == 0 or progress(step, train_seconds, cfg) >= 1.0:
-            f_k2 = evaluate_tokens(model, pieces, dev_tokens, dev_labels, 2, dev_tags)
+            f_k2 = evaluate_tokens(model, pieces, dev_tokens, dev_labels, 2, dev_tags, dev_engine)
             f_off = evaluate_tokens(model, pieces, dev_tokens, dev_labels, None, dev_tags)
             metric = (f_k2 + f_off) / 2
             improved = metric > best

@@ -21,6 +21,8 @@ from .test_stream import run_stream, varied_words
 
 # One row per lookahead k = 0 .. 4, then offline: each row pushes a different mark up
 OFFSETS = ((0, 3, 0, 0), (0, 0, 3, 0), (0, 0, 0, 3), (0, 3, 3, 0), (0, 0, 3, 3), (0, -1, 0, 0))
+# The window engine's, k = 0 .. 4
+WINDOW_OFFSETS = ((0, 0, 3, 3), (0, 3, 0, 3), (0, 3, 0, 0), (0, 0, 0, 3), (0, 0, 3, 0))
 
 
 def test_tuning_metric_is_the_iwslt_micro_f1():
@@ -50,43 +52,50 @@ def biased() -> Punctuator:
     torch.manual_seed(0)
     cfg = ModelConfig(n_layer=6, n_head=2, n_embd=32, n_inner=64, block=16, context=8, dropout=0.0)
     model = PunctModel(cfg).eval()
-    model.set_label_bias(OFFSETS)
+    model.set_label_bias(OFFSETS, WINDOW_OFFSETS)
     return Punctuator(model, WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", cfg.max_pieces))
 
 
-def test_each_lookahead_decides_with_its_own_row(biased):
+@pytest.mark.parametrize("engine", ["masked", "window"])
+def test_each_lookahead_decides_with_its_own_row(biased, engine):
     tokens, _ = normalize_text(varied_words(80, seed=1))
     m = biased.model
-    for k, row in zip(LOOKAHEADS, OFFSETS):
-        plain = token_logits(m, biased.pieces, tokens, k)
+    modes = LOOKAHEADS if engine == "masked" else LOOKAHEADS[:-1]
+    rows = OFFSETS if engine == "masked" else WINDOW_OFFSETS
+    for k, row in zip(modes, rows):
+        plain = token_logits(m, biased.pieces, tokens, k, engine=engine)
         m.set_label_bias(())
-        raw = token_logits(m, biased.pieces, tokens, k)
-        m.set_label_bias(OFFSETS)
+        raw = token_logits(m, biased.pieces, tokens, k, engine=engine)
+        m.set_label_bias(OFFSETS, WINDOW_OFFSETS)
         stop = len(tokens) - (k or 0)  # the last k tokens see fewer words ahead: other rows
         torch.testing.assert_close(plain[:stop], raw[:stop] + torch.tensor(row, dtype=torch.float))
-    assert m.biased(torch.zeros(4), 9).tolist() == list(OFFSETS[4])  # beyond k = 4: k = 4's row
+    # beyond k = 4: k = 4's row
+    assert m.biased(torch.zeros(4), 9, engine).tolist() == list(rows[4])
 
 
+@pytest.mark.parametrize("engine", ["masked", "window"])
 @pytest.mark.parametrize("k", [0, 1, 2, 4])
-def test_a_biased_stream_equals_predict(biased, k):
+def test_a_biased_stream_equals_predict(biased, k, engine):
     words = varied_words(600, seed=30 + k)
-    expected = biased.predict(words, lookahead=k)
-    assert run_stream(biased.stream(lookahead=k), words, seed=k) == expected
+    expected = biased.predict(words, lookahead=k, engine=engine)
+    assert run_stream(biased.stream(lookahead=k, engine=engine), words, seed=k) == expected
     assert len(set(expected)) >= 2
 
 
-def test_a_time_limit_decides_with_the_row_of_the_lookahead_it_had(biased):
-    """k=2, but "so" runs out of time with one word ahead: row k=1 (PERIOD pushed up) decides."""
-    s = biased.stream(lookahead=2, max_delay_ms=500)
+@pytest.mark.parametrize("engine", ["masked", "window"])
+def test_a_time_limit_decides_with_the_row_of_the_lookahead_it_had(biased, engine):
+    """k=2, but "so" runs out of time with one word ahead: row k=1 decides."""
+    s = biased.stream(lookahead=2, max_delay_ms=500, engine=engine)
     words = [Word("so", 0.0, 1.0), Word("we", 1.0, 1.2), Word("left", 1.6, 2.0)]
     finals = [e for e in s.push(words) if e.final]
     assert finals[0].index == 0
     m = biased.model
     ids = biased.pieces.encode(["so", "we"])
     m.set_label_bias(())
-    raw = window_logits(m, ids, 0, 1)
-    m.set_label_bias(OFFSETS)
-    assert finals[0].label == LABELS[int((raw + torch.tensor(OFFSETS[1], dtype=torch.float)).argmax())]
+    raw = window_logits(m, ids, 0, 1, engine=engine)
+    m.set_label_bias(OFFSETS, WINDOW_OFFSETS)
+    row = (OFFSETS if engine == "masked" else WINDOW_OFFSETS)[1]
+    assert finals[0].label == LABELS[int((raw + torch.tensor(row, dtype=torch.float)).argmax())]
 
 
 def test_calibrate_command_rewrites_the_config_only(tmp_path, capsys):
@@ -104,13 +113,17 @@ def test_calibrate_command_rewrites_the_config_only(tmp_path, capsys):
     dev.write_text("\n".join(lines) + "\n")
     assert main(["calibrate", "--dev", str(dev), "--model", str(ckpt), "--device", "cpu"]) == 0
     assert (ckpt / "model.safetensors").read_bytes() == weights
-    rows = json.loads((ckpt / "config.json").read_text())["label_bias"]
+    cfg = json.loads((ckpt / "config.json").read_text())
+    rows, window_rows = cfg["label_bias"], cfg["window_bias"]
     assert len(rows) == len(LOOKAHEADS) and all(len(r) == 4 and r[0] == 0 for r in rows)
+    assert len(window_rows) == len(LOOKAHEADS) - 1 and all(len(r) == 4 and r[0] == 0 for r in window_rows)
     report = json.loads((ckpt / "calibration.json").read_text())
-    assert [m["mode"] for m in report["modes"]] == ["k=0", "k=1", "k=2", "k=3", "k=4", "offline"]
+    windows = [f"k={k} window" for k in range(5)]
+    assert [m["mode"] for m in report["modes"]] == ["k=0", "k=1", "k=2", "k=3", "k=4", "offline", *windows]
     assert all(m["calibrated"] >= m["dev_micro_f1"] for m in report["modes"])
     p = Punctuator.load(ckpt, device="cpu")
     assert p.model.cfg.label_bias == tuple(tuple(r) for r in rows)
+    assert p.model.cfg.window_bias == tuple(tuple(r) for r in window_rows)
 
 
 def test_calibrate_needs_dev_words(tmp_path):
@@ -125,4 +138,8 @@ def test_a_malformed_label_bias_is_a_clear_error(tmp_path):
     cfg["label_bias"] = [[0, 1, 1]]
     (ckpt / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match="label_bias needs a row of 4 offsets"):
+        Punctuator.load(ckpt, device="cpu")
+    cfg["label_bias"], cfg["window_bias"] = [[0, 1, 1, 1]] * 6, [[0, 1]]
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="window_bias needs a row of 4 offsets"):
         Punctuator.load(ckpt, device="cpu")

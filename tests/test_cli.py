@@ -65,6 +65,14 @@ def test_evaluate_json_shape(capsys, tmp_path):
         assert 0 <= report[c]["f1"] <= 100
 
 
+@pytest.mark.parametrize(("engine", "runs"), [("masked", "masked"), ("auto", "window")])
+def test_evaluate_names_the_engine(capsys, tmp_path, engine, runs):
+    f = tmp_path / "t.tsv"
+    f.write_text(FIXTURE)
+    code, out, _ = run(capsys, "evaluate", "--data", str(f), "--lookahead", "2", "--engine", engine)
+    assert code == 0 and f"lookahead 2, {runs} engine" in out
+
+
 def test_evaluate_table(capsys, tmp_path):
     f = tmp_path / "t.tsv"
     f.write_text(FIXTURE)

@@ -11,11 +11,13 @@ from tests.test_stream import check_events, varied_words
 
 
 def test_run_batch_equals_streams_alone(tiny):
+    """Streams of both engines and several lookaheads in one batch."""
     rng = random.Random(1)
-    ks = [0, 1, 2, 4, 2, 3]
+    ks = [0, 1, 2, 4, 2, 3, 0]
+    engines = ["masked", "window", "masked", "window", "window", "masked", "window"]
     texts = [varied_words(400, seed=20 + i) for i in range(len(ks))]
-    alone = [tiny.stream(lookahead=k) for k in ks]
-    batched = [tiny.stream(lookahead=k) for k in ks]
+    alone = [tiny.stream(lookahead=k, engine=e) for k, e in zip(ks, engines)]
+    batched = [tiny.stream(lookahead=k, engine=e) for k, e in zip(ks, engines)]
     pos = [0] * len(ks)
     while any(p < len(t) for p, t in zip(pos, texts)):
         jobs, expected = [], []

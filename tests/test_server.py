@@ -160,17 +160,40 @@ def test_config_errors(server):
             second = json.loads(await ws.recv())
             await ws.send(json.dumps({"type": "config", "lookahead": 99}))
             third = json.loads(await ws.recv())
+            await ws.send(json.dumps({"type": "config", "engine": "fast"}))
+            engine = json.loads(await ws.recv())
             await ws.send(json.dumps({"type": "config", "lookahead": 1}))
             fourth = json.loads(await ws.recv())
-            return first, second, third, fourth
+            return first, second, third, engine, fourth
 
-    first, second, third, fourth = asyncio.run(go())
-    assert (first["code"], second["code"], third["code"]) == (
+    first, second, third, engine, fourth = asyncio.run(go())
+    assert (first["code"], second["code"], third["code"], engine["code"]) == (
         "bad_state",
         "unsupported_version",
         "bad_message",
+        "bad_message",
     )
-    assert fourth["type"] == "ready" and fourth["lookahead"] == 1
+    assert "engine" in engine["message"]
+    assert fourth["type"] == "ready" and fourth["lookahead"] == 1 and fourth["engine"] == "window"
+
+
+@pytest.mark.parametrize(("lookahead", "engine", "runs"), [(0, "auto", "masked"), (2, "masked", "masked")])
+def test_config_chooses_the_engine(server, shipped, lookahead, engine, runs):
+    words = "so what did you do today i went home and then well i slept a lot".split()
+
+    async def go():
+        async with connect(server + "/v1/punct") as ws:
+            config = {"type": "config", "lookahead": lookahead, "engine": engine, "max_delay_ms": None}
+            await ws.send(json.dumps(config))
+            ready = json.loads(await ws.recv())
+            await ws.send(json.dumps({"type": "words", "words": words}))
+            await ws.send(json.dumps({"type": "end"}))
+            return ready, [json.loads(raw) async for raw in ws]
+
+    ready, replies = asyncio.run(go())
+    validate(ready)
+    assert ready["engine"] == runs
+    assert finals(replies) == shipped.predict(words, lookahead=lookahead, engine=engine)
 
 
 def test_many_clients_at_once(server, shipped):

@@ -8,6 +8,7 @@ import torch
 from streampunct import InputError
 from streampunct.punctuator import window_logits
 from streampunct.stream import Lookahead, PunctStream, Word
+from streampunct.text import normalize_text
 
 SENTENCES = [
     "So today, I want to talk about something that happened to me last year.",
@@ -54,34 +55,52 @@ def check_events(events, finals: dict[int, str]) -> None:
             assert e.index not in finals, "a provisional event for a final word"
 
 
-def after_revision(p, before: list[str], n_final: int, after: list[str], k: int = 2) -> list[str]:
+def after_revision(
+    p, before: list[str], n_final: int, after: list[str], engine: str, k: int = 2
+) -> list[str]:
     """The final labels a revision must leave: words final before it keep the labels their
     lookahead gave them then (the old words); the rest are decided on the revised words."""
-    return p.predict(before, lookahead=k)[:n_final] + p.predict(after, lookahead=k)[n_final:]
+    old = p.predict(before, lookahead=k, engine=engine)
+    return old[:n_final] + p.predict(after, lookahead=k, engine=engine)[n_final:]
 
 
+ENGINES = pytest.mark.parametrize("engine", ["masked", "window"])
+
+
+@ENGINES
 @pytest.mark.parametrize("k", [0, 1, 2, 4])
-def test_stream_equals_predict_tiny(tiny, k):
+def test_stream_equals_predict_tiny(tiny, k, engine):
     words = varied_words(2400, seed=k)
-    assert run_stream(tiny.stream(lookahead=k), words, seed=k) == tiny.predict(words, lookahead=k)
+    expected = tiny.predict(words, lookahead=k, engine=engine)
+    assert run_stream(tiny.stream(lookahead=k, engine=engine), words, seed=k) == expected
 
 
+@ENGINES
 @pytest.mark.parametrize("k", [0, 2])
-def test_stream_equals_predict_mpnet_attention(tiny_mpnet, k):
+def test_stream_equals_predict_mpnet_attention(tiny_mpnet, k, engine):
     """The relative position bias is computed for the stream's new rows as for a whole window."""
     p = tiny_mpnet
     words = varied_words(600, seed=20 + k)
-    assert run_stream(p.stream(lookahead=k), words, seed=k) == p.predict(words, lookahead=k)
+    expected = p.predict(words, lookahead=k, engine=engine)
+    assert run_stream(p.stream(lookahead=k, engine=engine), words, seed=k) == expected
 
 
 @pytest.mark.parametrize("k", [0, 1, 2, 4])
 def test_stream_equals_predict_shipped(shipped, k):
-    words = varied_words(2000, seed=10 + k)
+    """The default engine (auto: masked at k=0, window from k=1)."""
+    words = varied_words(2000 if k == 0 else 500, seed=10 + k)
     assert run_stream(shipped.stream(lookahead=k), words, seed=k) == shipped.predict(words, lookahead=k)
 
 
-def test_final_after_k_tokens(tiny):
-    s = tiny.stream(lookahead=2)
+def test_stream_equals_predict_shipped_masked(shipped):
+    words = varied_words(2000, seed=12)
+    expected = shipped.predict(words, lookahead=2, engine="masked")
+    assert run_stream(shipped.stream(lookahead=2, engine="masked"), words, seed=2) == expected
+
+
+@ENGINES
+def test_final_after_k_tokens(tiny, engine):
+    s = tiny.stream(lookahead=2, engine=engine)
     assert [e for e in s.push(["one", "two"]) if e.final] == []
     events = s.push(["three"])
     assert [(e.index, e.word) for e in events if e.final] == [(0, "one")]
@@ -98,9 +117,10 @@ def test_empty_words_are_final_in_order(tiny):
     assert [(e.index, e.label) for e in events if e.final] == [(0, events[0].label), (1, "O"), (2, "O")]
 
 
-def test_revision_replaces_the_tail(tiny):
+@ENGINES
+def test_revision_replaces_the_tail(tiny, engine):
     words = varied_words(300, seed=3)
-    s = tiny.stream(lookahead=2)
+    s = tiny.stream(lookahead=2, engine=engine)
     finals: dict[int, str] = {}
     check_events(s.push(words), finals)
     cut = s.n_final
@@ -108,11 +128,12 @@ def test_revision_replaces_the_tail(tiny):
     revised = words[:cut] + varied_words(60, seed=4)
     check_events(s.revise(cut, revised[cut:]), finals)
     check_events(s.finish(), finals)
-    assert [finals[i] for i in range(len(revised))] == after_revision(tiny, words, cut, revised)
+    assert [finals[i] for i in range(len(revised))] == after_revision(tiny, words, cut, revised, engine)
 
 
-def test_revision_of_a_clitic_word_half_decided(tiny):
-    s = tiny.stream(lookahead=2)
+@ENGINES
+def test_revision_of_a_clitic_word_half_decided(tiny, engine):
+    s = tiny.stream(lookahead=2, engine=engine)
     finals: dict[int, str] = {}
     check_events(s.push(["we", "don't", "know"]), finals)  # tokens: we do n't know
     # "do" is decided (two tokens follow) but "don't" is not final: "n't" has one token ahead.
@@ -120,27 +141,28 @@ def test_revision_of_a_clitic_word_half_decided(tiny):
     check_events(s.revise(1, ["never", "know", "it"]), finals)
     check_events(s.finish(), finals)
     words = ["we", "never", "know", "it"]
-    assert [finals[i] for i in range(4)] == after_revision(tiny, ["we", "don't", "know"], 1, words)
+    assert [finals[i] for i in range(4)] == after_revision(tiny, ["we", "don't", "know"], 1, words, engine)
 
 
-def test_revision_of_a_word_split_across_blocks(tiny):
+@ENGINES
+def test_revision_of_a_word_split_across_blocks(tiny, engine):
     """Token 15 ("do") ends block 0 and is decided; "n't" (token 16) is not: the word is revisable."""
     block = tiny.model.cfg.block
     words = ("so we went home and then it rained all day long in the old town " * 4).split()[: block - 1]
-    s = tiny.stream(lookahead=2)
+    s = tiny.stream(lookahead=2, engine=engine)
     finals: dict[int, str] = {}
     check_events(s.push([*words, "don't", "x"]), finals)
     assert s.n_final == block - 1
     revised = [*words, "we", "go", "now", "then"]
     check_events(s.revise(block - 1, revised[block - 1 :]), finals)
     check_events(s.finish(), finals)
-    expected = after_revision(tiny, [*words, "don't", "x"], block - 1, revised)
+    expected = after_revision(tiny, [*words, "don't", "x"], block - 1, revised, engine)
     assert [finals[i] for i in range(len(revised))] == expected
 
 
 @pytest.mark.parametrize("replacement", [[], ["--"], ["..."]])
 def test_revision_that_only_deletes(tiny, replacement):
-    s = tiny.stream(lookahead=2)
+    s = tiny.stream(lookahead=2)  # auto: the window engine
     finals: dict[int, str] = {}
     before = "so we went to the market and".split()
     check_events(s.push(before), finals)
@@ -148,15 +170,16 @@ def test_revision_that_only_deletes(tiny, replacement):
     check_events(s.revise(5, replacement), finals)
     check_events(s.finish(), finals)
     words = before[:5] + replacement
-    assert [finals[i] for i in range(len(words))] == after_revision(tiny, before, 5, words)
+    assert [finals[i] for i in range(len(words))] == after_revision(tiny, before, 5, words, "auto")
 
 
-def test_time_limits_do_not_depend_on_when_ticks_come(tiny):
+@ENGINES
+def test_time_limits_do_not_depend_on_when_ticks_come(tiny, engine):
     """A word past its deadline is decided with the words ended by then, ticked or not."""
     words = [Word("so", 0.0, 1.0), Word("we", 1.0, 1.2), Word("left", 1.6, 2.0), Word("then", 2.1, 2.3)]
     runs = []
     for ticks in ([], [1.5], [1.5, 1.9]):
-        s = tiny.stream(lookahead=2, max_delay_ms=500)
+        s = tiny.stream(lookahead=2, max_delay_ms=500, engine=engine)
         finals: dict[int, str] = {}
         check_events(s.push(words[:2]), finals)
         for t in ticks:
@@ -167,9 +190,8 @@ def test_time_limits_do_not_depend_on_when_ticks_come(tiny):
     assert runs[0] == runs[1] == runs[2]
     ids = tiny.pieces.encode(["so", "we", "left", "then"])
     # "so" (deadline 1.5 s): only "we" had ended by then: decided with a lookahead of 1
-    assert (
-        runs[0][0] == ["O", "COMMA", "PERIOD", "QUESTION"][int(window_logits(tiny.model, ids, 0, 1).argmax())]
-    )
+    decided = window_logits(tiny.model, ids, 0, 1, engine=engine).argmax()
+    assert runs[0][0] == ["O", "COMMA", "PERIOD", "QUESTION"][int(decided)]
 
 
 def test_final_words_cannot_be_revised(tiny):
@@ -181,8 +203,9 @@ def test_final_words_cannot_be_revised(tiny):
         s.revise(9, ["x"])
 
 
-def test_pause_forces_a_decision_with_the_words_present(tiny):
-    s = tiny.stream(lookahead=3, max_delay_ms=500)
+@ENGINES
+def test_pause_forces_a_decision_with_the_words_present(tiny, engine):
+    s = tiny.stream(lookahead=3, max_delay_ms=500, engine=engine)
     words = [Word("so", 0.0, 0.2), Word("we", 0.3, 0.4), Word("left", 0.5, 0.6)]
     assert [e for e in s.push(words) if e.final] == []  # clock 0.6 s: first deadline is 0.7 s
     # 1.7 s of silence: the next word shows the clock passed every deadline (end + 0.5 s).
@@ -192,7 +215,7 @@ def test_pause_forces_a_decision_with_the_words_present(tiny):
     ids = tiny.pieces.encode(["so", "we", "left"])
     for t, e in enumerate(finals):
         # decided with the tokens that had ended by its deadline, never with "then"
-        expected = int(window_logits(tiny.model, ids, t, 2 - t).argmax())
+        expected = int(window_logits(tiny.model, ids, t, 2 - t, engine=engine).argmax())
         assert e.label == ["O", "COMMA", "PERIOD", "QUESTION"][expected]
 
 
@@ -227,13 +250,14 @@ def test_finished_stream(tiny):
         s.finish()
 
 
-def test_memory_is_flat(tiny):
-    s = tiny.stream(lookahead=2)
+@ENGINES
+def test_memory_is_flat(tiny, engine):
+    s = tiny.stream(lookahead=2, engine=engine)
     words = varied_words(5000, seed=9)
     sizes = []
     for i in range(0, len(words), 10):
         s.push(words[i : i + 10])
-        sizes.append((len(s._ids), len(s._words), len(s._windows)))
+        sizes.append((len(s._ids), len(s._words), len(s._windows) + len(s._passes)))
     late = sizes[len(sizes) // 2 :]
     assert max(x[0] for x in late) <= 6 * tiny.model.cfg.block
     assert max(x[1] for x in late) <= 300 + 10
@@ -268,7 +292,7 @@ def test_stream_logits_match_batch(request, model):
     """Not only the argmax: the incremental rows equal a fresh forward pass."""
     tiny = request.getfixturevalue(model)
     words = [w.lower().strip(",.?") for w in varied_words(90, seed=5)]
-    s = tiny.stream(lookahead=2)
+    s = tiny.stream(lookahead=2, engine="masked")
     s.push(words)
     st = s._windows[max(s._windows)]
     block = max(s._windows)
@@ -278,3 +302,35 @@ def test_stream_logits_match_batch(request, model):
         torch.testing.assert_close(
             st.logits(t - start), window_logits(tiny.model, ids, t, 2), atol=1e-5, rtol=0
         )
+
+
+@pytest.mark.parametrize("model", ["tiny", "tiny_mpnet"])
+def test_window_engine_passes_match_batch(request, model):
+    """A stream's window-engine pass (computed like the masked windows, unpadded) equals a fresh
+    forward pass over the same window."""
+    p = request.getfixturevalue(model)
+    words = varied_words(40, seed=6)
+    ids = p.pieces.encode(normalize_text(words)[0])  # tokens: clitics split, punctuation gone
+    s = p.stream(lookahead=2, engine="window")
+    s.push(words)
+    for t in (0, 5, 20, len(ids) - 3):
+        state = s._pass(t, t + 3)
+        start = max(0, t - p.model.cfg.context)
+        torch.testing.assert_close(
+            state.logits(t - start), window_logits(p.model, ids, t, 2, engine="window"), atol=1e-5, rtol=0
+        )
+
+
+def test_window_engine_is_refused_for_a_pos_fused_checkpoint(tiny):
+    from dataclasses import replace
+
+    from streampunct import Punctuator
+    from streampunct.model import PunctModel
+
+    fused = Punctuator(
+        PunctModel(replace(tiny.model.cfg, n_tags=5, pos_dim=8, fusion_heads=2)).eval(), tiny.pieces
+    )
+    with pytest.raises(InputError, match="window engine does not fuse POS tags"):
+        fused.predict(["so", "we"], lookahead=2, engine="window")
+    with pytest.raises(InputError, match="engine must be one of"):
+        tiny.predict(["so", "we"], lookahead=2, engine="fast")

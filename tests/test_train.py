@@ -153,3 +153,28 @@ def test_distillation_follows_the_teacher(corpus, tmp_path):
 def test_distillation_checks_its_weights(corpus, tmp_path):
     with pytest.raises(ValueError, match="distill"):
         train(config(corpus, tmp_path / "run", teacher=str(DEFAULT_CHECKPOINT), distill=0.0))
+
+
+def test_window_engine_batches(corpus):
+    """A window-engine batch: offline attention over windows of context + 5 words, loss on the last
+    5 (0 to 4 words ahead); the other batches keep their lookahead and their loss."""
+    from streampunct.pieces import WordPieces
+    from streampunct.train import WINDOW_TAIL, Corpus, make_batches
+
+    model_cfg = PunctModel.load(DEFAULT_CHECKPOINT).cfg
+    data = Corpus(str(corpus / "train.tsv"), WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", 3))
+    cfg = config(corpus, "unused", window=64, batch=4, window_share=0.5, noise=0.0)
+    batches = make_batches(data, cfg, model_cfg, np.random.default_rng(0))
+    kinds = set()
+    for _ in range(20):
+        b = next(batches)
+        kept = (b.target != -100).sum(1)
+        if b.inputs[2].shape[1] == model_cfg.context + WINDOW_TAIL + 1:  # a window-engine batch
+            kinds.add("window")
+            assert b.lookahead is None and len(b.target) == 4 * 64 // (model_cfg.context + WINDOW_TAIL + 1)
+            assert kept.tolist() == [WINDOW_TAIL + 1] * len(b.target)
+            assert (b.target[:, -WINDOW_TAIL - 1 :] != -100).all()
+        else:
+            kinds.add("other")
+            assert len(b.target) == 4 and (kept > WINDOW_TAIL + 1).all()
+    assert kinds == {"window", "other"}
