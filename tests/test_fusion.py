@@ -160,7 +160,7 @@ def test_a_fused_stream_takes_revisions_and_time_limits(tagged):
     check_events(s.revise(1, ["never", "know", "it", "so", "we", "left"]), finals)
     check_events(s.finish(), finals)
     words = ["we", "never", "know", "it", "so", "we", "left"]
-    expected = after_revision(tagged, ["we", "don't", "know"], 1, words)
+    expected = after_revision(tagged, ["we", "don't", "know"], 1, words, "auto")  # masked: a fused model
     assert [finals[i] for i in range(len(words))] == expected
 
     timed = tagged.stream(lookahead=2, max_delay_ms=500)
