@@ -11,13 +11,14 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, update_readme, write_json  # noqa: E402
 
 from streampunct import Punctuator, read_iwslt, score  # noqa: E402
-from streampunct.punctuator import DEFAULT_CHECKPOINT, WINDOW_FROM  # noqa: E402
+from streampunct.punctuator import DEFAULT_CHECKPOINT, resolve_engine  # noqa: E402
 
 SETS = {"Ref": "test2011", "ASR": "test2011asr"}
 LOOKAHEADS = [0, 1, 2, 3, 4]
@@ -83,12 +84,13 @@ def main() -> None:
     }
     print(f"wrote {write_json('accuracy.json', payload)}")
     if args.readme:
-        update_readme("accuracy-summary", summary(rows))
+        update_readme("accuracy-summary", summary(rows, lambda k: resolve_engine(p.model, "auto", k)))
         update_readme("accuracy", table(rows, payload))
 
 
-def summary(rows: list[dict]) -> str:
-    """Micro-F1 by set and mode, one line per engine: the default engine (auto) in bold."""
+def summary(rows: list[dict], auto_engine: Callable[[int], str]) -> str:
+    """Micro-F1 by set and mode, one line per engine: what the default engine (auto, which picks
+    ``auto_engine(k)``) gives in bold."""
     lines = [
         "| set | engine | " + " | ".join(f"k={k}" for k in LOOKAHEADS) + " | offline |",
         "|---|---|" + "---|" * (len(LOOKAHEADS) + 1),
@@ -101,8 +103,9 @@ def summary(rows: list[dict]) -> str:
                 r = next(
                     r for r in rows if (r["set"], r["mode"], r["engine"]) == (set_name, f"k={k}", engine)
                 )
-                auto = engine == ("masked" if k < WINDOW_FROM else "window")
-                cells.append(f"**{r['micro_f1']:.1f}**" if auto else f"{r['micro_f1']:.1f}")
+                cells.append(
+                    f"**{r['micro_f1']:.1f}**" if auto_engine(k) == engine else f"{r['micro_f1']:.1f}"
+                )
             lines.append(
                 f"| {set_name} | {engine} | " + " | ".join(cells) + f" | **{offline['micro_f1']:.1f}** |"
             )

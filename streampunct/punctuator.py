@@ -126,14 +126,16 @@ def window_engine_logits(
     out = []
     for first in range(0, n, batch_size):
         ts = range(first, min(n, first + batch_size))
-        spans = [(max(0, t - cfg.context), min(n, t + lookahead + 1)) for t in ts]
+        spans = [(word_window_start(t, cfg, "window"), min(n, t + lookahead + 1)) for t in ts]
         input_ids, word_pos, word_ends = collate([ids[s:e] for s, e in spans], cfg)
         logits = model(input_ids.to(device), word_pos.to(device), word_ends.to(device), None)
         rows = logits[torch.arange(len(spans)), torch.tensor([t - s for t, (s, _) in zip(ts, spans)])]
-        out.extend(
-            model.biased(row, e - 1 - t, "window") for t, row, (_, e) in zip(ts, rows.float().cpu(), spans)
-        )
-    return torch.stack(out)
+        rows = rows.float().cpu()
+        ahead = torch.tensor([e - 1 - t for t, (_, e) in zip(ts, spans)])  # fewer at the text's end
+        for j in ahead.unique().tolist():
+            rows[ahead == j] = model.biased(rows[ahead == j], j, "window")
+        out.append(rows)
+    return torch.cat(out)
 
 
 @torch.no_grad()
