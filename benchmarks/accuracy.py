@@ -1,8 +1,11 @@
 """Accuracy on IWSLT2011 test (Ref and ASR) at lookahead 0..4 under both engines, and offline, per class.
 
-    python benchmarks/accuracy.py --data ../shared/data/iwslt [--model DIR] [--device cuda] [--readme]
+    python benchmarks/accuracy.py --data ../shared/data/iwslt [--model base|DIR] [--device cuda] [--readme]
+    python benchmarks/accuracy.py --model base --readme-only   # the README from the saved results
 
-Writes benchmarks/results/accuracy.json (and the README table with --readme).
+Writes benchmarks/results/accuracy.json for the default model, accuracy_<name>.json for another
+(accuracy_base.json for the shipped base); with --readme, the model's per-class table and the
+summary of every shipped model's results.
 """
 
 from __future__ import annotations
@@ -11,14 +14,13 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, update_readme, write_json  # noqa: E402
+from common import RESULTS, machine, update_readme, write_json  # noqa: E402
 
 from streampunct import Punctuator, read_iwslt, score  # noqa: E402
-from streampunct.punctuator import DEFAULT_CHECKPOINT, resolve_engine  # noqa: E402
+from streampunct.punctuator import DEFAULT_CHECKPOINT, SHIPPED_MODELS, checkpoint_dir  # noqa: E402
 
 SETS = {"Ref": "test2011", "ASR": "test2011asr"}
 LOOKAHEADS = [0, 1, 2, 3, 4]
@@ -33,16 +35,49 @@ def mode_name(k: int | None) -> str:
     return "offline" if k is None else f"k={k}"
 
 
+def results_name(model_dir: Path) -> str:
+    """accuracy.json for the default model, accuracy_<folder>.json for another."""
+    return "accuracy.json" if model_dir == DEFAULT_CHECKPOINT else f"accuracy_{model_dir.name}.json"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", required=True, help="folder with test2011 and test2011asr")
-    ap.add_argument("--model", default=None, help="checkpoint folder (default: the shipped model)")
+    ap.add_argument("--data", help="folder with test2011 and test2011asr")
+    ap.add_argument("--model", default=None, help="default, base or a checkpoint folder (default: default)")
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    ap.add_argument("--readme", action="store_true", help="also rewrite the README's accuracy table")
+    ap.add_argument("--readme", action="store_true", help="also rewrite the README's accuracy tables")
+    ap.add_argument(
+        "--readme-only",
+        action="store_true",
+        help="rewrite the README from the saved results, measure nothing",
+    )
     args = ap.parse_args()
+    if not args.data and not args.readme_only:
+        ap.error("--data is required (unless --readme-only)")
 
     p = Punctuator.load(args.model, device=args.device)
-    model_dir = Path(args.model) if args.model else DEFAULT_CHECKPOINT
+    model_dir = checkpoint_dir(args.model)
+    if args.readme_only:
+        payload = json.loads((RESULTS / results_name(model_dir)).read_text())
+    else:
+        payload = measure(p, model_dir, Path(args.data))
+        print(f"wrote {write_json(results_name(model_dir), payload)}")
+    if args.readme or args.readme_only:
+        shipped, window_from = {}, {}  # every shipped model's last results, this one's included
+        for name in SHIPPED_MODELS:
+            path = RESULTS / results_name(checkpoint_dir(name))
+            if path.is_file():
+                shipped[name] = json.loads(path.read_text())["results"]
+                cfg = json.loads((checkpoint_dir(name) / "config.json").read_text())
+                window_from[name] = cfg.get("window_from", 1)
+        update_readme("accuracy-summary", summary(shipped, window_from))
+        if model_dir.parent == DEFAULT_CHECKPOINT.parent and model_dir.name in SHIPPED_MODELS:
+            section = "accuracy" if model_dir == DEFAULT_CHECKPOINT else f"accuracy-{model_dir.name}"
+            update_readme(section, table(payload["results"], payload))
+
+
+def measure(p: Punctuator, model_dir: Path, data: Path) -> dict:
+    """Every mode of MODES on both sets, per class; the payload of the results file."""
     training = (
         json.loads((model_dir / "training.json").read_text())
         if (model_dir / "training.json").is_file()
@@ -53,7 +88,7 @@ def main() -> None:
     calibration = json.loads(calibration_file.read_text()) if calibration_file.is_file() else None
     rows = []
     for set_name, file_name in SETS.items():
-        words, labels = read_iwslt(Path(args.data) / file_name)
+        words, labels = read_iwslt(data / file_name)
         for engine, k in MODES:
             t0 = time.perf_counter()
             report = score(labels, p.predict(words, lookahead=k, engine=engine))
@@ -75,27 +110,24 @@ def main() -> None:
                 f"{set_name:4} {mode_name(k):8} {row['engine']:6} micro-F1 {report.micro_f1:5.1f}  ({seconds:.1f}s)",
                 flush=True,
             )
-    payload = {
+    return {
         "machine": machine(),
+        "device": str(p.device),
         "model": str(model_dir),
         "training": training,
         "calibration": calibration,
         "results": rows,
     }
-    print(f"wrote {write_json('accuracy.json', payload)}")
-    if args.readme:
-        update_readme("accuracy-summary", summary(rows, lambda k: resolve_engine(p.model, "auto", k)))
-        update_readme("accuracy", table(rows, payload))
 
 
-def summary(rows: list[dict], auto_engine: Callable[[int], str]) -> str:
-    """Micro-F1 by set and mode, one line per engine: what the default engine (auto, which picks
-    ``auto_engine(k)``) gives in bold."""
+def summary(models: dict[str, list[dict]], window_from: dict[str, int]) -> str:
+    """Micro-F1 by model, set and mode, one line per engine: what the default engine gives in bold
+    (auto: the window engine from the model's ``window_from`` on)."""
     lines = [
-        "| set | engine | " + " | ".join(f"k={k}" for k in LOOKAHEADS) + " | offline |",
-        "|---|---|" + "---|" * (len(LOOKAHEADS) + 1),
+        "| model | set | engine | " + " | ".join(f"k={k}" for k in LOOKAHEADS) + " | offline |",
+        "|---|---|---|" + "---|" * (len(LOOKAHEADS) + 1),
     ]
-    for set_name in SETS:
+    for (model, rows), set_name in ((m, s) for m in models.items() for s in SETS):
         offline = next(r for r in rows if r["set"] == set_name and r["mode"] == "offline")
         for engine in ("masked", "window"):
             cells = []
@@ -104,10 +136,14 @@ def summary(rows: list[dict], auto_engine: Callable[[int], str]) -> str:
                     r for r in rows if (r["set"], r["mode"], r["engine"]) == (set_name, f"k={k}", engine)
                 )
                 cells.append(
-                    f"**{r['micro_f1']:.1f}**" if auto_engine(k) == engine else f"{r['micro_f1']:.1f}"
+                    f"**{r['micro_f1']:.1f}**"
+                    if (engine == "window") == (k >= window_from[model])
+                    else f"{r['micro_f1']:.1f}"
                 )
             lines.append(
-                f"| {set_name} | {engine} | " + " | ".join(cells) + f" | **{offline['micro_f1']:.1f}** |"
+                f"| {model} | {set_name} | {engine} | "
+                + " | ".join(cells)
+                + f" | **{offline['micro_f1']:.1f}** |"
             )
     return "\n".join(lines)
 
@@ -117,7 +153,9 @@ def run(stage: dict) -> str:
     return (
         f"{stage['steps']:,} steps of {stage['config']['batch']} windows, {stage['seen_tokens'] / 1e6:.1f} M "
         f"word pieces, {stage['train_seconds'] / 60:.0f} min on {stage['machine']}; dev2012 (first "
-        f"{stage['dev_words']:,} words) micro-F1 {stage['dev_f1_k2']:.1f} at k=2, {stage['dev_f1_offline']:.1f} offline."
+        f"{stage['dev_words']:,} words) micro-F1 {stage['dev_f1_k2']:.1f} at k=2"
+        + (" (window engine)" if stage["config"].get("window_share") else "")
+        + f", {stage['dev_f1_offline']:.1f} offline."
     )
 
 
@@ -145,10 +183,13 @@ def table(rows: list[dict], payload: dict) -> str:
             )
         )
     m = payload["machine"]
+    where = f"{m['cpu']} ({m['cores']} cores, torch {m['torch']})"
+    if str(payload.get("device", "cpu")).startswith("cuda"):
+        where = f"{m['gpu']}, host {where}"
     lines.append("")
-    lines.append(
-        f"Measured {m['date']} on {m['cpu']} ({m['cores']} cores, torch {m['torch']}), `python benchmarks/accuracy.py`."
-    )
+    lines.append(f"Measured {m['date']} on {where}, `python benchmarks/accuracy.py`.")
+    if payload.get("note"):
+        lines.append(payload["note"])
     c = payload.get("calibration")
     if c:
         lines.append(

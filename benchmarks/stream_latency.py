@@ -1,6 +1,7 @@
 """Streaming cost: compute time per pushed word, incremental against naive, and memory over an hour.
 
     python benchmarks/stream_latency.py --data ../shared/data/iwslt/test2011 [--threads 2] [--readme]
+    python benchmarks/stream_latency.py --data ... --model base --words 300 --hour 3600 --readme
 
 For each lookahead k, one stream is fed one word per push and every push is timed (p50, p99), under
 the masked engine (incremental) and under the window engine (one window pass per word).
@@ -8,7 +9,8 @@ the masked engine (incremental) and under the window engine (one window pass per
 caches would (`window_logits`), timed on the same words in the same run. Memory (masked engine): the
 process's resident set after 3,600 and after 36,000 pushed words (an hour of speech at 10 words a
 second). Streams per core: one core's time budget divided by the work of a stream speaking 3 words
-a second, for each engine at k=2.
+a second, for each engine at k=2. Another model than the default writes stream_latency_<name>.json
+(and the README's stream-<name> section).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import torch  # noqa: E402
 from common import device_suffix, machine, percentile, time_each, update_readme, write_json  # noqa: E402
 
 from streampunct import Punctuator, read_iwslt  # noqa: E402
-from streampunct.punctuator import window_logits  # noqa: E402
+from streampunct.punctuator import DEFAULT_CHECKPOINT, checkpoint_dir, window_logits  # noqa: E402
 
 
 def rss_mb() -> float:
@@ -55,7 +57,7 @@ def time_naive(p: Punctuator, words: list[str], k: int) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, help="a word<TAB>LABEL file to take words from")
-    ap.add_argument("--model", default=None)
+    ap.add_argument("--model", default=None, help="default, base or a checkpoint folder")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--words", type=int, default=2000, help="timed pushes per lookahead")
     ap.add_argument("--hour", type=int, default=36000, help="words pushed for the memory check")
@@ -127,7 +129,9 @@ def main() -> None:
         "one_core_mean_push_ms_k2_window": 1000 * one_core_window,
         "streams_per_core_at_3_words_per_s_window": int(1 / (3 * one_core_window)),
     }
-    suffix = device_suffix(p.device)
+    model_dir = checkpoint_dir(args.model)
+    suffix = ("" if model_dir == DEFAULT_CHECKPOINT else f"_{model_dir.name}") + device_suffix(p.device)
+    payload["model"] = str(model_dir)
     print(f"wrote {write_json(f'stream_latency{suffix}.json', payload)}")
     if args.readme:
         update_readme("stream" + suffix.replace("_", "-"), table(payload))
@@ -167,9 +171,20 @@ def table(payload: dict) -> str:
         ),
         f"Measured {m['date']} on {m['cpu'] if on_cpu else m['gpu']} ({m['cores']} CPU cores, "
         f"{payload['threads']} torch threads), `python benchmarks/stream_latency.py --data "
-        f"../shared/data/iwslt/test2011{'' if on_cpu else ' --device cuda'}`.",
+        f"../shared/data/iwslt/test2011{flags(payload)}`.",
     ]
     return "\n".join(lines)
+
+
+def flags(payload: dict) -> str:
+    """The options that differ from the defaults, to rerun the measurement."""
+    model = Path(payload.get("model", DEFAULT_CHECKPOINT))
+    out = "" if model == DEFAULT_CHECKPOINT else f" --model {model.name}"
+    pushes = payload["per_push"][0]["pushes"]
+    hour = max(int(k) for k in payload["memory_mb"] if k.isdigit())
+    out += "" if pushes == 2000 else f" --words {pushes}"
+    out += "" if hour == 36000 else f" --hour {hour}"
+    return out + ("" if payload.get("device", "cpu") == "cpu" else " --device cuda")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ def add_stream_args(ap: argparse.ArgumentParser) -> None:
         "--engine",
         choices=("auto", "masked", "window"),
         default="auto",
-        help="masked (cheapest per word) or window (more accurate); auto: window from k=1 (default)",
+        help="masked (cheapest per word) or window (more accurate); auto: the model's choice per k (default)",
     )
 
 

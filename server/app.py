@@ -402,7 +402,9 @@ def main(argv: list[str] | None = None) -> int:
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
     )
     ap.add_argument("--port", type=int, default=8765, help="port (0: any free port)")
-    ap.add_argument("--model", default=None, help="punctuation checkpoint (default: the shipped one)")
+    ap.add_argument(
+        "--model", default=None, help="punctuation model: default, base (shipped) or a checkpoint folder"
+    )
     ap.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda if present)")
     ap.add_argument(
         "--asr-model", default=None, help="tiny.en (default), base, or a CTranslate2 Whisper folder"

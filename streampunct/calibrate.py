@@ -6,7 +6,8 @@ each mark's logit before the argmax moves precision against recall. Here the off
 for each lookahead k = 0 .. 4 and for offline, to maximise micro-F1 on dev data (coordinate ascent
 over a grid, O's offset fixed at 0), and written into the checkpoint's ``config.json`` as
 ``label_bias`` (see :meth:`~streampunct.model.PunctModel.biased`); the window engine's, per k, as
-``window_bias``. The weights are not touched.
+``window_bias``. Both engines' calibrated scores on the same words then set ``window_from``, where
+``engine="auto"`` turns from the masked engine to the window one. The weights are not touched.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .metrics import _prf
 from .punctuator import Punctuator, token_logits
 from .text import LABEL_ID
 
-__all__ = ["LOOKAHEADS", "calibrate", "tune_offsets"]
+__all__ = ["LOOKAHEADS", "calibrate", "choose_window_from", "tune_offsets"]
 
 LOOKAHEADS: tuple[int | None, ...] = (0, 1, 2, 3, 4, None)  # k = 4's offsets serve every larger k
 MODES = [("masked", k) for k in LOOKAHEADS] + [("window", k) for k in LOOKAHEADS if k is not None]
@@ -50,6 +51,16 @@ def tune_offsets(logits: torch.Tensor, gold: torch.Tensor, rounds: int = 3) -> t
     return rounded, _micro_f1((logits + torch.tensor(rounded)).argmax(-1), gold)
 
 
+def choose_window_from(masked: dict[int, float], window: dict[int, float]) -> int:
+    """The smallest k from which the window engine scores at least the masked one's micro-F1 at
+    every calibrated lookahead (``max(window) + 1``: it never does)."""
+    ks = sorted(window)
+    for i, k in enumerate(ks):
+        if all(window[j] >= masked[j] for j in ks[i:]):
+            return k
+    return ks[-1] + 1
+
+
 def calibrate(
     p: Punctuator, tokens: Sequence[str], labels: Sequence[str], window_words: int | None = None, log=print
 ) -> list[dict[str, object]]:
@@ -59,6 +70,8 @@ def calibrate(
     model = p.model
     model.set_label_bias(())  # tune on the plain logits
     rows: dict[str, list[list[float]]] = {"masked": [], "window": []}
+    masked: dict[int | None, torch.Tensor] = {}  # the masked engine's calibrated logits, per k
+    same_words: dict[str, dict[int, float]] = {"masked": {}, "window": {}}  # for window_from
     report = []
     for engine, k in MODES:
         if engine == "window" and model.cfg.n_tags:
@@ -70,14 +83,21 @@ def calibrate(
         before = _micro_f1(logits.argmax(-1), gold)
         rows[engine].append(offsets)
         mode = "offline" if k is None else f"k={k}" + (" window" if engine == "window" else "")
-        report.append(
-            {
-                "mode": mode,
-                "offsets": offsets,
-                "dev_micro_f1": round(before, 2),
-                "calibrated": round(after, 2),
-            }
-        )
+        row = {
+            "mode": mode,
+            "offsets": offsets,
+            "dev_micro_f1": round(before, 2),
+            "calibrated": round(after, 2),
+        }
+        if engine == "masked":
+            masked[k] = logits + torch.tensor(offsets)
+        else:  # and the masked engine's on the same words
+            row["masked_same_words"] = round(_micro_f1(masked[k][:n].argmax(-1), gold), 2)
+            same_words["masked"][k], same_words["window"][k] = row["masked_same_words"], row["calibrated"]
+        report.append(row)
         log(f"{mode:9} COMMA, PERIOD, QUESTION {offsets[1:]}: dev micro-F1 {before:.2f} -> {after:.2f}")
-    model.set_label_bias(rows["masked"], rows["window"])
+    window_from = choose_window_from(**same_words) if same_words["window"] else None
+    model.set_label_bias(rows["masked"], rows["window"], window_from)
+    if window_from is not None:
+        log(f"engine auto: masked below k={window_from}, window from k={window_from}")
     return report

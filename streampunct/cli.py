@@ -31,9 +31,14 @@ def _add_mode(p: argparse.ArgumentParser) -> None:
         choices=("auto", "masked", "window"),  # punctuator.ENGINES, without importing torch here
         default="auto",
         help="how the lookahead is bounded: masked (cheapest per word), window (each word read by "
-        "the offline model over its own window: more accurate), auto (window from k=1, the default)",
+        "the offline model over its own window: more accurate), auto (the default: the model's "
+        "choice per k, set by calibrate)",
     )
-    p.add_argument("--model", metavar="DIR", help="checkpoint folder (default: the shipped model)")
+    p.add_argument(
+        "--model",
+        metavar="NAME|DIR",
+        help="a shipped model, default (MiniLM-L6, the default) or base (MPNet-base), or a checkpoint folder",
+    )
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: cuda if present)")
 
 
@@ -91,7 +96,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Tune a checkpoint's decision offsets per lookahead on dev data; rewrites its config.json."""
     from .calibrate import calibrate
-    from .punctuator import DEFAULT_CHECKPOINT, Punctuator
+    from .punctuator import Punctuator, checkpoint_dir
     from .text import normalize_labeled, read_iwslt
 
     if args.dev is None:
@@ -100,7 +105,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     tokens, labels = tokens[: args.words], labels[: args.words]
     if not tokens:
         raise EmptyInputError(f"no words in {args.dev}")
-    folder = Path(args.model) if args.model else DEFAULT_CHECKPOINT
+    folder = checkpoint_dir(args.model)
     p = Punctuator.load(folder, device=args.device)
     window_words = min(len(tokens), args.window_words or len(tokens))
     print(
@@ -112,10 +117,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         "dev": Path(args.dev).name,
         "words": len(tokens),
         "window_words": window_words,
+        "window_from": p.model.cfg.window_from,
         "modes": report,
     }
     (folder / "calibration.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"wrote {folder / 'config.json'} (label_bias, window_bias) and {folder / 'calibration.json'}")
+    print(
+        f"wrote {folder / 'config.json'} (label_bias, window_bias, window_from) and {folder / 'calibration.json'}"
+    )
     return 0
 
 
@@ -211,7 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--dev", default=_data_default("iwslt", "dev2012"), help=f"default: ${DATA_ENV}/iwslt/dev2012"
     )
     p.add_argument(
-        "--model", metavar="DIR", help="checkpoint folder, changed in place (default: the shipped model)"
+        "--model",
+        metavar="NAME|DIR",
+        help="a shipped model (default, base) or a checkpoint folder; its config.json is rewritten",
     )
     p.add_argument("--words", type=int, default=60000, help="dev words to tune on (default: 60,000)")
     p.add_argument(

@@ -11,7 +11,9 @@ The encoder is BERT's (MiniLM-L6) or MPNet's: MPNet adds a relative position bia
 by every layer, and has no segment embedding (:meth:`PunctModel.from_encoder` reads either).
 
 A checkpoint is ``config.json`` (the :class:`ModelConfig`) plus ``model.safetensors``; it rebuilds
-the model with :meth:`PunctModel.load`.
+the model with :meth:`PunctModel.load`. Weights are fp16, or int8 for the large matrices
+(``save(..., int8=True)``: ``<name>.q8`` with an fp16 ``<name>.scale`` per ``Q8_GROUP`` weights of a
+row), which halves a checkpoint again; loading rebuilds fp32 weights either way.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ import torch.nn.functional as F
 from .errors import CheckpointError
 
 __all__ = ["ModelConfig", "PunctModel", "layer_lookaheads", "window_limit"]
+
+Q8_GROUP = 32  # int8 checkpoints: one scale per this many weights of a row
+Q8_MIN_SIZE = 100_000  # matrices smaller than this stay fp16
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,9 @@ class ModelConfig:
     # The same for the window engine (a word decided by the offline model over a window that ends
     # k words after it, see punctuator.py): one row per lookahead from k=0, the last for larger k.
     window_bias: tuple[tuple[float, ...], ...] = ()
+    # engine="auto" takes the window engine from this lookahead on, the masked one below it:
+    # calibrate sets it where the window engine starts to score higher on dev data.
+    window_from: int = 1
 
 
 def window_limit(cfg: ModelConfig) -> int:
@@ -230,10 +238,13 @@ class PunctModel(nn.Module):
         self.set_label_bias(cfg.label_bias, cfg.window_bias)
 
     def set_label_bias(
-        self, rows: Sequence[Sequence[float]], window_rows: Sequence[Sequence[float]] = ()
+        self,
+        rows: Sequence[Sequence[float]],
+        window_rows: Sequence[Sequence[float]] = (),
+        window_from: int | None = None,
     ) -> None:
         """Replace the decision offsets (``ModelConfig.label_bias`` and ``window_bias``); ``()``
-        removes them."""
+        removes them. ``window_from`` (unchanged when None): where "auto" turns to the window engine."""
         n = self.cfg.n_labels
         if rows and (len(rows) < 2 or any(len(row) != n for row in rows)):
             raise ValueError(
@@ -245,7 +256,10 @@ class PunctModel(nn.Module):
                 f"window_bias needs a row of {n} offsets for each lookahead from k=0, "
                 f"got {[len(row) for row in window_rows]}"
             )
-        self.cfg = replace(self.cfg, label_bias=_rows(rows), window_bias=_rows(window_rows))
+        window_from = self.cfg.window_from if window_from is None else window_from
+        self.cfg = replace(
+            self.cfg, label_bias=_rows(rows), window_bias=_rows(window_rows), window_from=window_from
+        )
         self._label_bias = torch.tensor(self.cfg.label_bias) if rows else None
         self._window_bias = torch.tensor(self.cfg.window_bias) if window_rows else None
 
@@ -339,13 +353,19 @@ class PunctModel(nn.Module):
 
     # --- checkpoints -------------------------------------------------------------------------
 
-    def save(self, directory: str | Path, dtype: torch.dtype = torch.float16) -> None:
+    def save(self, directory: str | Path, dtype: torch.dtype = torch.float16, int8: bool = False) -> None:
+        """``config.json`` and ``model.safetensors``: weights in ``dtype``, the large matrices in
+        int8 with ``int8`` (see the module's docstring)."""
         from safetensors.torch import save_file
 
         d = Path(directory)
         self.save_config(d)
-        state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in self.state_dict().items()}
-        save_file(state, str(d / "model.safetensors"))
+        state = {k: v.detach().to("cpu", torch.float32) for k, v in self.state_dict().items()}
+        state = _quantize(state) if int8 else state
+        save_file(
+            {k: v if v.dtype == torch.int8 else v.to(dtype).contiguous() for k, v in state.items()},
+            str(d / "model.safetensors"),
+        )
 
     def save_config(self, directory: str | Path) -> None:
         """``config.json`` alone (the decision offsets change nothing else)."""
@@ -366,7 +386,7 @@ class PunctModel(nn.Module):
             state = load_file(str(d / "model.safetensors"))
         except (OSError, ValueError, TypeError) as e:
             raise CheckpointError(f"cannot read checkpoint in {d}: {e}") from e
-        state = _fuse_qkv({k: v.float() for k, v in state.items()})
+        state = _fuse_qkv(_dequantize(state))
         missing, unexpected = model.load_state_dict(state, strict=False)
         if missing or unexpected:
             raise CheckpointError(f"checkpoint {d} does not fit the model: {missing or unexpected}")
@@ -462,6 +482,33 @@ ENCODER_NAMES: dict[str, tuple[dict[str, str], dict[str, str]]] = {
 
 def _rows(rows: Sequence[Sequence[float]]) -> tuple[tuple[float, ...], ...]:
     return tuple(tuple(float(x) for x in row) for row in rows)
+
+
+def _quantize(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The matrices of ``Q8_MIN_SIZE`` weights or more as int8, a scale per ``Q8_GROUP`` of a row."""
+    out = {}
+    for k, v in state.items():
+        if v.ndim != 2 or v.numel() < Q8_MIN_SIZE or v.shape[1] % Q8_GROUP:
+            out[k] = v
+            continue
+        groups = v.reshape(v.shape[0], -1, Q8_GROUP)
+        scale = (groups.abs().amax(dim=2).clamp(min=1e-8) / 127).half()  # (rows, cols / Q8_GROUP)
+        out[k + ".q8"] = torch.round(groups / scale.float()[..., None]).to(torch.int8).reshape(v.shape)
+        out[k + ".scale"] = scale
+    return out
+
+
+def _dequantize(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """fp32 weights from a checkpoint's fp16 and int8 ones (see :func:`_quantize`)."""
+    out = {}
+    for k, v in state.items():
+        if k.endswith(".q8"):
+            name = k.removesuffix(".q8")
+            scale = state[name + ".scale"].float()
+            out[name] = (v.float().reshape(v.shape[0], -1, Q8_GROUP) * scale[..., None]).reshape(v.shape)
+        elif not k.endswith(".scale"):
+            out[k] = v.float()
+    return out
 
 
 def _fuse_qkv(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -8,10 +8,12 @@ Two engines bound the lookahead to ``k`` words, from the same checkpoint:
 - ``"window"``: each word decided by the offline model over its own window, the ``context`` words
   before it and the ``k`` after it; every layer sees the whole window, so the words ahead are
   fully read. A stream runs one such window per word (more work per word than the masked engine,
-  see the README's Speed), and scores higher from k = 1 on (test2011 micro-F1 +0.9 to +3.3 for
-  k = 1 to 4; 5 to 6 lower at k = 0).
-- ``"auto"`` (the default): the window engine from ``k = 1`` on, the masked one at ``k = 0`` (where it
-  scores higher) and for a POS-fused checkpoint (the window engine does not fuse tags).
+  see the README's Speed). It scores higher (test2011 micro-F1 for k = 1 to 4: the default
+  model's +1.1 to +4.4, base's +3.2 to +6.4; at k = 0 +0.2 and +1.3 to +2.9).
+- ``"auto"`` (the default): the window engine from ``k = window_from`` on (the checkpoint's; calibrate
+  sets it where the window engine starts to score at least as high on dev data: k = 0 for both
+  shipped models), the masked one below it and for a POS-fused checkpoint (the window engine does
+  not fuse tags).
 """
 
 from __future__ import annotations
@@ -31,18 +33,36 @@ if TYPE_CHECKING:
     from .pos import Tagger
     from .stream import PunctStream
 
-__all__ = ["Punctuator", "DEFAULT_CHECKPOINT", "ENGINES", "MAX_LOOKAHEAD", "resolve_device"]
+__all__ = [
+    "Punctuator",
+    "DEFAULT_CHECKPOINT",
+    "ENGINES",
+    "MAX_LOOKAHEAD",
+    "SHIPPED_MODELS",
+    "checkpoint_dir",
+    "resolve_device",
+]
 
+# The models in the package, by name: "default" (MiniLM-L6, 22.6 M parameters: fast enough to stream
+# on a CPU core) and "base" (MPNet-base, 110 M, int8 on disk: the most accurate, for finished
+# transcripts and GPUs). Any other name is a checkpoint folder.
+SHIPPED_MODELS = ("default", "base")
 DEFAULT_CHECKPOINT = Path(__file__).parent / "checkpoints" / "default"
 MAX_LOOKAHEAD = 64
 ENGINES = ("auto", "masked", "window")
-WINDOW_FROM = 1  # "auto" takes the window engine from this lookahead on
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
+
+
+def checkpoint_dir(model: str | Path | None) -> Path:
+    """The folder of ``model``: a shipped model's name (None: "default") or a checkpoint folder."""
+    if model is None or str(model) in SHIPPED_MODELS:
+        return DEFAULT_CHECKPOINT.parent / (str(model) if model else "default")
+    return Path(model)
 
 
 def check_lookahead(lookahead: int | None) -> None:
@@ -63,7 +83,7 @@ def resolve_engine(model: PunctModel, engine: str, lookahead: int | None) -> str
         raise InputError("the window engine does not fuse POS tags: use engine='masked' with this checkpoint")
     if lookahead is None or engine == "masked":
         return "masked"
-    if engine == "auto" and (lookahead < WINDOW_FROM or model.cfg.n_tags):
+    if engine == "auto" and (lookahead < model.cfg.window_from or model.cfg.n_tags):
         return "masked"
     return "window"
 
@@ -229,14 +249,15 @@ class Punctuator:
         device: str | torch.device = "auto",
         tagger: str | Path | None = None,
     ) -> Punctuator:
-        """Load a checkpoint folder; with no path, the default model shipped in the package.
+        """Load a checkpoint folder, or a model shipped in the package by name (``SHIPPED_MODELS``:
+        "default", the one with no path, or "base").
 
         A POS-fused checkpoint tags with ``tagger`` (a converted tagger's folder), else with the
         tagger it was trained with, kept in its ``tagger/`` folder, else with flair's tagger.
         """
         from .pos import is_tagger
 
-        d = Path(path) if path is not None else DEFAULT_CHECKPOINT
+        d = checkpoint_dir(path)
         if not (d / "model.safetensors").is_file() or not (d / "vocab.txt").is_file():
             raise CheckpointError(f"{d} is not a streampunct checkpoint (model.safetensors, vocab.txt)")
         if tagger is None and is_tagger(d / "tagger"):

@@ -14,6 +14,12 @@ def shipped() -> Punctuator:
 
 
 @pytest.fixture(scope="session")
+def base() -> Punctuator:
+    """The base checkpoint committed in the package (MPNet-base, int8 on disk)."""
+    return Punctuator.load("base", device="cpu")
+
+
+@pytest.fixture(scope="session")
 def tiny() -> Punctuator:
     """A random 6-layer model with small windows: cheap, and deep enough to expose any growth of
     the receptive field from layer to layer."""

@@ -1,5 +1,6 @@
 """Decision offsets per lookahead: the tuning, where decisions apply them, and `calibrate`."""
 
+import copy
 import json
 import random
 import shutil
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from streampunct import CheckpointError, Punctuator
-from streampunct.calibrate import LOOKAHEADS, _micro_f1, tune_offsets
+from streampunct.calibrate import LOOKAHEADS, _micro_f1, choose_window_from, tune_offsets
 from streampunct.cli import main
 from streampunct.metrics import score
 from streampunct.model import ModelConfig, PunctModel
@@ -121,9 +122,33 @@ def test_calibrate_command_rewrites_the_config_only(tmp_path, capsys):
     windows = [f"k={k} window" for k in range(5)]
     assert [m["mode"] for m in report["modes"]] == ["k=0", "k=1", "k=2", "k=3", "k=4", "offline", *windows]
     assert all(m["calibrated"] >= m["dev_micro_f1"] for m in report["modes"])
+    same = {e: {k: m[key] for k, m in enumerate(report["modes"][6:])} for e, key in
+            (("masked", "masked_same_words"), ("window", "calibrated"))}  # fmt: skip
+    assert report["window_from"] == cfg["window_from"] == choose_window_from(**same)
     p = Punctuator.load(ckpt, device="cpu")
     assert p.model.cfg.label_bias == tuple(tuple(r) for r in rows)
     assert p.model.cfg.window_bias == tuple(tuple(r) for r in window_rows)
+    assert p.model.cfg.window_from == cfg["window_from"]
+
+
+def test_window_from_is_where_the_window_engine_stays_ahead():
+    masked = {0: 45.0, 1: 60.0, 2: 66.0, 3: 69.0, 4: 71.0}
+    assert choose_window_from(masked, {0: 39.0, 1: 61.0, 2: 69.0, 3: 70.0, 4: 72.0}) == 1
+    assert choose_window_from(masked, {0: 49.0, 1: 64.0, 2: 72.0, 3: 74.0, 4: 73.0}) == 0
+    assert choose_window_from(masked, {0: 49.0, 1: 59.0, 2: 69.0, 3: 70.0, 4: 72.0}) == 2  # stays ahead
+    assert choose_window_from(masked, {0: 40.0, 1: 59.0, 2: 65.0, 3: 68.0, 4: 70.0}) == 5  # never
+
+
+def test_auto_follows_the_checkpoints_window_from(tiny):
+    from streampunct.punctuator import resolve_engine
+
+    m = copy.deepcopy(tiny.model)
+    assert [resolve_engine(m, "auto", k) for k in (0, 1, 2)] == ["masked", "window", "window"]
+    m.set_label_bias((), (), window_from=0)
+    assert [resolve_engine(m, "auto", k) for k in (0, 1, None)] == ["window", "window", "masked"]
+    m.set_label_bias((), (), window_from=3)
+    assert [resolve_engine(m, "auto", k) for k in (2, 3)] == ["masked", "window"]
+    assert resolve_engine(m, "window", 0) == "window"  # an explicit engine is kept
 
 
 def test_calibrate_needs_dev_words(tmp_path):

@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from streampunct.model import FEW_ROWS, Linear, PunctModel
+from streampunct.model import FEW_ROWS, Linear, ModelConfig, PunctModel
 
 from .conftest import hf_encoder
 
@@ -77,6 +77,28 @@ def test_an_mpnet_checkpoint_rebuilds_itself(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(
             again(ids, word_pos, word_ends, 1), model(ids, word_pos, word_ends, 1), atol=2e-3, rtol=0
+        )
+
+
+def test_int8_checkpoint(tmp_path):
+    """save(int8=True): the word embeddings (30,522 x 32) in int8 with a scale per 32 weights, the
+    small matrices fp16; loading restores every weight to within half a step of its group."""
+    from safetensors.torch import load_file
+
+    torch.manual_seed(0)
+    model = PunctModel(ModelConfig(n_layer=2, n_head=2, n_embd=32, n_inner=64, dropout=0.0)).eval()
+    model.save(tmp_path, int8=True)
+    stored = load_file(str(tmp_path / "model.safetensors"))
+    assert stored["tok_emb.weight.q8"].dtype == torch.int8 and "tok_emb.weight" not in stored
+    assert stored["layers.0.attn.qkv.weight"].dtype == torch.float16
+    again = PunctModel.load(tmp_path)
+    step = stored["tok_emb.weight.scale"].float().repeat_interleave(32, dim=1)  # (30522, 1) -> (30522, 32)
+    assert ((again.tok_emb.weight - model.tok_emb.weight).abs() <= step / 2 + 1e-6).all()
+    ids = torch.randint(5, 30522, (1, 20))
+    word_pos, word_ends = torch.arange(20)[None] - 1, torch.arange(1, 20)[None]
+    with torch.no_grad():
+        torch.testing.assert_close(
+            again(ids, word_pos, word_ends, 1), model(ids, word_pos, word_ends, 1), atol=2e-2, rtol=0
         )
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from streampunct import LABELS, CheckpointError, InputError, Punctuator
-from streampunct.punctuator import DEFAULT_CHECKPOINT, token_logits
+from streampunct.punctuator import DEFAULT_CHECKPOINT, checkpoint_dir, token_logits
 
 
 def test_shipped_checkpoint_loads_with_no_argument(shipped):
@@ -16,6 +16,31 @@ def test_shipped_checkpoint_loads_with_no_argument(shipped):
     assert not shipped.model.training
     dtypes = {p.dtype for p in shipped.model.parameters()}
     assert dtypes == {torch.float32}  # stored fp16, computed in fp32 on the CPU
+
+
+def test_shipped_models_by_name(tmp_path):
+    assert checkpoint_dir(None) == checkpoint_dir("default") == DEFAULT_CHECKPOINT
+    assert checkpoint_dir("base") == DEFAULT_CHECKPOINT.parent / "base"
+    assert checkpoint_dir(tmp_path) == tmp_path and checkpoint_dir(str(tmp_path)) == tmp_path
+
+
+def test_base_model_is_mpnet_stored_as_int8(base):
+    from safetensors import safe_open
+
+    assert (base.model.cfg.n_layer, base.model.cfg.n_embd, base.model.cfg.rel_buckets) == (12, 768, 32)
+    assert {p.dtype for p in base.model.parameters()} == {torch.float32}
+    with safe_open(str(checkpoint_dir("base") / "model.safetensors"), "pt") as f:
+        dtypes = {k: f.get_slice(k).get_dtype() for k in f.keys()}
+    assert dtypes["tok_emb.weight.q8"] == "I8" and dtypes["tok_emb.weight.scale"] == "F16"
+    assert sum(d == "I8" for d in dtypes.values()) == 1 + 12 * 4 + 1  # words, 4 per layer, positions
+
+
+@pytest.mark.parametrize("model", ["shipped", "base"])
+def test_shipped_models_punctuate_real_sentences(model, request):
+    p = request.getfixturevalue(model)
+    for k in (None, 2):
+        text = p.punctuate("how are you today i am fine thank you", lookahead=k)
+        assert text.startswith("How are you today? I am fine"), (k, text)
 
 
 def test_predict_one_label_per_word(shipped):

@@ -17,6 +17,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
+from streampunct.punctuator import resolve_engine
+
 SCHEMAS = Path(__file__).parent.parent / "docs" / "schema"
 WORDS = "so what did you do last summer we went to the coast and it rained every day did n't it".split()
 
@@ -177,8 +179,9 @@ def test_config_errors(server):
     assert fourth["type"] == "ready" and fourth["lookahead"] == 1 and fourth["engine"] == "window"
 
 
-@pytest.mark.parametrize(("lookahead", "engine", "runs"), [(0, "auto", "masked"), (2, "masked", "masked")])
-def test_config_chooses_the_engine(server, shipped, lookahead, engine, runs):
+@pytest.mark.parametrize(("lookahead", "engine"), [(0, "auto"), (0, "masked"), (2, "masked")])
+def test_config_chooses_the_engine(server, shipped, lookahead, engine):
+    runs = resolve_engine(shipped.model, engine, lookahead)  # auto: the checkpoint's window_from
     words = "so what did you do today i went home and then well i slept a lot".split()
 
     async def go():
