@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import RESULTS, machine, update_readme, write_json  # noqa: E402
 
 from streampunct import Punctuator, read_iwslt, score  # noqa: E402
+from streampunct.model import ModelConfig  # noqa: E402
 from streampunct.punctuator import DEFAULT_CHECKPOINT, SHIPPED_MODELS, checkpoint_dir  # noqa: E402
 
 SETS = {"Ref": "test2011", "ASR": "test2011asr"}
@@ -40,6 +41,13 @@ def results_name(model_dir: Path) -> str:
     return "accuracy.json" if model_dir == DEFAULT_CHECKPOINT else f"accuracy_{model_dir.name}.json"
 
 
+def readme_section(model_dir: Path) -> str | None:
+    """The README section of a shipped model's per-class table (None for any other folder)."""
+    if model_dir not in {checkpoint_dir(name) for name in SHIPPED_MODELS}:
+        return None
+    return "accuracy" if model_dir == DEFAULT_CHECKPOINT else f"accuracy-{model_dir.name}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", help="folder with test2011 and test2011asr")
@@ -55,12 +63,11 @@ def main() -> None:
     if not args.data and not args.readme_only:
         ap.error("--data is required (unless --readme-only)")
 
-    p = Punctuator.load(args.model, device=args.device)
     model_dir = checkpoint_dir(args.model)
     if args.readme_only:
         payload = json.loads((RESULTS / results_name(model_dir)).read_text())
     else:
-        payload = measure(p, model_dir, Path(args.data))
+        payload = measure(Punctuator.load(model_dir, device=args.device), model_dir, Path(args.data))
         print(f"wrote {write_json(results_name(model_dir), payload)}")
     if args.readme or args.readme_only:
         shipped, window_from = {}, {}  # every shipped model's last results, this one's included
@@ -68,11 +75,10 @@ def main() -> None:
             path = RESULTS / results_name(checkpoint_dir(name))
             if path.is_file():
                 shipped[name] = json.loads(path.read_text())["results"]
-                cfg = json.loads((checkpoint_dir(name) / "config.json").read_text())
-                window_from[name] = cfg.get("window_from", 1)
+                window_from[name] = ModelConfig.read(checkpoint_dir(name)).window_from
         update_readme("accuracy-summary", summary(shipped, window_from))
-        if model_dir.parent == DEFAULT_CHECKPOINT.parent and model_dir.name in SHIPPED_MODELS:
-            section = "accuracy" if model_dir == DEFAULT_CHECKPOINT else f"accuracy-{model_dir.name}"
+        section = readme_section(model_dir)
+        if section:
             update_readme(section, table(payload["results"], payload))
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import RESULTS, update_readme, write_json  # noqa: E402
 
-from streampunct.punctuator import DEFAULT_CHECKPOINT  # noqa: E402
+from streampunct.punctuator import checkpoint_dir  # noqa: E402
 
 KEYS = ("dev_f1_k2", "dev_f1_offline")  # the two dev scores that training records and selects on
 
@@ -116,10 +116,10 @@ def plot(points: list[dict], teachers: list[dict], path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=None, help="checkpoint folder (default: the shipped model)")
+    ap.add_argument("--model", default=None, help="default (the default), base or a checkpoint folder")
     ap.add_argument("--readme", action="store_true", help="also rewrite the README's paragraph")
     args = ap.parse_args()
-    model_dir = Path(args.model) if args.model else DEFAULT_CHECKPOINT
+    model_dir = checkpoint_dir(args.model)
     training = json.loads((model_dir / "training.json").read_text())
     points, distilled_from = curve(training), teachers(training)
     payload = {"model": str(model_dir), "points": points, "teachers": distilled_from}

@@ -29,6 +29,8 @@ from common import device_suffix, machine, percentile, time_each, update_readme,
 from streampunct import Punctuator, read_iwslt  # noqa: E402
 from streampunct.punctuator import DEFAULT_CHECKPOINT, checkpoint_dir, window_logits  # noqa: E402
 
+WORDS, HOUR = 2000, 36000  # timed pushes per lookahead, words pushed for the memory check
+
 
 def rss_mb() -> float:
     with open("/proc/self/statm") as f:
@@ -59,8 +61,8 @@ def main() -> None:
     ap.add_argument("--data", required=True, help="a word<TAB>LABEL file to take words from")
     ap.add_argument("--model", default=None, help="default, base or a checkpoint folder")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--words", type=int, default=2000, help="timed pushes per lookahead")
-    ap.add_argument("--hour", type=int, default=36000, help="words pushed for the memory check")
+    ap.add_argument("--words", type=int, default=WORDS, help="timed pushes per lookahead")
+    ap.add_argument("--hour", type=int, default=HOUR, help="words pushed for the memory check")
     ap.add_argument("--device", default="cpu", help="cpu or cuda; cuda writes stream_latency_cuda.json")
     ap.add_argument("--readme", action="store_true")
     args = ap.parse_args()
@@ -182,8 +184,8 @@ def flags(payload: dict) -> str:
     out = "" if model == DEFAULT_CHECKPOINT else f" --model {model.name}"
     pushes = payload["per_push"][0]["pushes"]
     hour = max(int(k) for k in payload["memory_mb"] if k.isdigit())
-    out += "" if pushes == 2000 else f" --words {pushes}"
-    out += "" if hour == 36000 else f" --hour {hour}"
+    out += "" if pushes == WORDS else f" --words {pushes}"
+    out += "" if hour == HOUR else f" --hour {hour}"
     return out + ("" if payload.get("device", "cpu") == "cpu" else " --device cuda")
 
 

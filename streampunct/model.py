@@ -78,6 +78,13 @@ class ModelConfig:
     # calibrate sets it where the window engine starts to score higher on dev data.
     window_from: int = 1
 
+    @classmethod
+    def read(cls, directory: str | Path) -> ModelConfig:
+        """A checkpoint's ``config.json`` (keys this version does not know are left out)."""
+        raw = json.loads((Path(directory) / "config.json").read_text())
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in known})
+
 
 def window_limit(cfg: ModelConfig) -> int:
     """The most tokens (``[CLS]`` included) a window may hold."""
@@ -379,10 +386,7 @@ class PunctModel(nn.Module):
 
         d = Path(directory)
         try:
-            raw = json.loads((d / "config.json").read_text())
-            known = {f.name for f in fields(ModelConfig)}
-            cfg = ModelConfig(**{k: v for k, v in raw.items() if k in known})
-            model = cls(cfg)
+            model = cls(ModelConfig.read(d))
             state = load_file(str(d / "model.safetensors"))
         except (OSError, ValueError, TypeError) as e:
             raise CheckpointError(f"cannot read checkpoint in {d}: {e}") from e
