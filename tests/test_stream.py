@@ -335,3 +335,39 @@ def test_window_engine_is_refused_for_a_pos_fused_checkpoint(tiny):
         fused.predict(["so", "we"], lookahead=2, engine="window")
     with pytest.raises(InputError, match="engine must be one of"):
         tiny.predict(["so", "we"], lookahead=2, engine="fast")
+
+
+@pytest.mark.parametrize("engine", ["auto", "masked"])
+def test_a_revision_after_old_words_are_forgotten(shipped, engine):
+    """Issue 1 of 5: words one at a time, each followed by a revision of the newest word (the
+    server died on a revision of word 289 after 291 words of test2011: the stream had forgotten
+    the tokens its next window starts from, an IndexError on the window engine)."""
+    words = varied_words(400, seed=3)
+    s = shipped.stream(lookahead=2, max_delay_ms=1500, engine=engine)
+    finals: dict[int, str] = {}
+    for i, w in enumerate(words):
+        check_events(s.push([w]), finals)
+        check_events(s.revise(i, ["hello"] if i % 2 else [w]), finals)
+    check_events(s.finish(), finals)
+    assert sorted(finals) == list(range(len(words)))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_recogniser_pattern_of_bursts_and_pauses(shipped, seed):
+    """Issue 1 of 5: words in batches of 0 to 8, 0.3 s apart, now and then a pause of 0.5 to 3 s,
+    the clock a little past the last word: the default engine failed within 600 words."""
+    rng = random.Random(seed)
+    words = varied_words(700, seed=seed)
+    s = shipped.stream(lookahead=2, max_delay_ms=1500)
+    finals: dict[int, str] = {}
+    clock, i = 0.0, 0
+    while i < len(words):
+        n = rng.randint(0, 8)
+        batch = []
+        for w in words[i : i + n]:
+            clock += 0.3 + (rng.uniform(0.5, 3.0) if rng.random() < 0.05 else 0.0)
+            batch.append(Word(w, clock - 0.25, clock))
+        i += n
+        check_events(s.push(batch, now=clock + rng.uniform(0.0, 0.2)), finals)
+    check_events(s.finish(), finals)
+    assert sorted(finals) == list(range(len(words)))

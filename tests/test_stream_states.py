@@ -1,0 +1,248 @@
+"""Stateful property tests of PunctStream: hypothesis drives a stream the way recognisers do.
+
+A run is a random sequence of pushes (0 to 40 words, with or without times, in bursts and after
+pauses), revisions (of words not final, and of final ones, which must be refused and change
+nothing), ticks of the recogniser's clock and a finish, on either engine, k = 0 to 4 or 64, with
+and without a time limit. After every step:
+
+- nothing but the documented errors is raised;
+- every word gets exactly one final event, in word order, never changed, and no provisional event
+  follows a word's final one;
+- each final label is the one ``predict()`` gives for the words as they stood when it was decided:
+  with its full lookahead, ``predict(words, k)``; decided early by a time limit, ``predict()`` on
+  the words that had ended by its deadline (the stream's documented rule);
+- what the stream holds stays bounded, however long it runs.
+
+The CI profile (the default) runs enough examples to find a stream that breaks after a few hundred
+words; ``--hypothesis-profile=soak`` runs many more, for about an hour (see docs/testing.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from streampunct import InputError, Punctuator
+from streampunct.model import ModelConfig, PunctModel
+from streampunct.pieces import WordPieces
+from streampunct.punctuator import DEFAULT_CHECKPOINT
+from streampunct.stream import Word
+from streampunct.text import normalize
+
+settings.register_profile(
+    "ci", max_examples=25, stateful_step_count=30, deadline=None,
+    suppress_health_check=list(HealthCheck), derandomize=False,
+)  # fmt: skip
+settings.register_profile(
+    "soak", max_examples=4000, stateful_step_count=60, deadline=None, suppress_health_check=list(HealthCheck)
+)
+settings.load_profile("ci")
+
+# Recogniser words: casing, glued marks, clitics, numbers, and words that normalise to nothing.
+VOCABULARY = (
+    "so today i want to talk about something that happened last year don't you think it's strange "
+    "nobody noticed we'll see -- maybe the U.S. will change its mind What would I'd call Mr. Smith "
+    "who's been there since 9:00 well can't say wasn't surprised but won't stop here yeah okay uh"
+).split() + ["", "Hello,", "right?", "10,000", "...", "e-mail"]
+
+
+@functools.cache
+def tiny() -> Punctuator:
+    """A random 6-layer model with tiny windows (block 4, context 6): cheap, and its streams
+    forget old words every few pushes, where a stream's bookkeeping is put to the test."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(n_layer=6, n_head=2, n_embd=32, n_inner=64, block=4, context=6, dropout=0.0)
+    model = PunctModel(cfg).eval()
+    with torch.no_grad():  # labels that vary, so that a wrong decision shows
+        model.head.bias.copy_(torch.tensor([0.0, -0.2, -0.3, -0.6]))
+    # Decision offsets for each lookahead and engine, as a calibrated checkpoint has them.
+    offsets = [[0.0, 0.1 * j, -0.1 * j, 0.05 * j] for j in range(5)]
+    model.set_label_bias(offsets + [[0.0, 0.2, 0.1, 0.0]], offsets)
+    return Punctuator(model, WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", cfg.max_pieces))
+
+
+@functools.cache
+def shipped() -> Punctuator:
+    return Punctuator.load(device="cpu")
+
+
+def tokens_of(word: Word) -> int:
+    return len(normalize(word.text))
+
+
+class StreamMachine(RuleBasedStateMachine):
+    """One stream of one punctuator; subclasses choose the punctuator and the settings drawn."""
+
+    punctuator = staticmethod(tiny)
+    engines = ("masked", "window")
+    lookaheads = (0, 1, 2, 3, 4, 64)
+    delays = (None, 0.0, 300.0, 1500.0)
+
+    @initialize(data=st.data())
+    def open(self, data):
+        self.p = self.punctuator()
+        self.engine = data.draw(st.sampled_from(self.engines), "engine")
+        self.k = data.draw(st.sampled_from(self.lookaheads), "k")
+        self.delay = data.draw(st.sampled_from(self.delays), "max_delay_ms")
+        self.stream = self.p.stream(lookahead=self.k, max_delay_ms=self.delay, engine=self.engine)
+        self.words: list[Word] = []  # the words as they stand now
+        self.finals: dict[int, str] = {}
+        # (words it saw, whether it had its full lookahead, the epoch, index, label); an epoch
+        # ends at each revision, and its longest text is the last one before it.
+        self.checks: list[tuple[tuple[Word, ...], bool, int, int, str]] = []
+        self.epochs: list[tuple[Word, ...]] = [()]
+        self.clock = -math.inf  # the recogniser's clock as the stream sees it
+        self.time = 0.0  # where the next word starts
+        self.finished = False
+
+    # --- what a recogniser does ----------------------------------------------------------------
+
+    def _new_words(self, data, n: int, timed: bool) -> list[Word]:
+        out = []
+        for _ in range(n):
+            text = data.draw(st.sampled_from(VOCABULARY))
+            if not timed:
+                out.append(Word(text))
+                continue
+            self.time += data.draw(st.sampled_from([0.0, 0.05, 0.1, 0.1, 0.1, 0.5, 1.2, 3.0]))  # gap
+            length = data.draw(st.sampled_from([0.0, 0.15, 0.25, 0.4]))
+            out.append(Word(text, round(self.time, 3), round(self.time + length, 3)))
+            self.time += length
+        return out
+
+    def _run(self, events, words_now: list[Word]) -> None:
+        for e in events:
+            assert 0 <= e.index < len(words_now), e
+            assert e.word == words_now[e.index].text, e
+            if e.final:
+                assert e.index not in self.finals, f"word {e.index} made final twice"
+                assert e.index == len(self.finals), "final decisions come in word order"
+                self.finals[e.index] = e.label
+                seen, full = self._seen(e.index, words_now)
+                self.checks.append((tuple(seen), full, len(self.epochs) - 1, e.index, e.label))
+            else:
+                assert e.index not in self.finals, f"a provisional event for final word {e.index}"
+        assert self.stream.n_final == len(self.finals)
+        assert self.stream.n_words == len(words_now)
+        self.epochs[-1] = tuple(words_now)
+
+    def _seen(self, i: int, words: list[Word]) -> tuple[list[Word], bool]:
+        """The words that decide word ``i``'s final label now, and whether they give it its full
+        lookahead: up to its k-th token after it or, when the clock has passed the word's
+        deadline, the words that had ended by then (the stream's documented rule)."""
+        w = words[i]
+        deadline = None if self.delay is None or w.end is None else w.end + self.delay / 1000
+        if deadline is not None and self.clock < deadline:
+            deadline = None
+        n, j = i + 1, 0
+        while n < len(words) and j < self.k:
+            end = words[n].end
+            if deadline is not None and tokens_of(words[n]) and (end is None or end > deadline):
+                break
+            j += tokens_of(words[n])
+            n += 1
+        return words[:n], j >= self.k
+
+    def _tick(self, now: float | None) -> None:
+        if now is not None:
+            self.clock = max(self.clock, now)
+
+    @precondition(lambda self: not self.finished)
+    @rule(data=st.data(), n=st.integers(0, 40), timed=st.booleans(), late=st.sampled_from([None, 0.0, 0.2, 2.0]))
+    def push(self, data, n, timed, late):
+        words = self._new_words(data, n, timed)
+        now = None if late is None else self.time + late
+        for w in words:
+            if w.end is not None:
+                self.clock = max(self.clock, w.end)
+        self._tick(now)
+        self.words += words
+        self._run(self.stream.push(words, now=now), self.words)
+
+    @precondition(lambda self: not self.finished)
+    @rule(data=st.data(), n=st.integers(0, 6), timed=st.booleans())
+    def revise(self, data, n, timed):
+        index = data.draw(st.integers(len(self.finals), len(self.words)), "index")
+        if index < len(self.words) and self.words[index].start is not None:
+            self.time = self.words[index].start
+        words = self._new_words(data, n, timed)
+        for w in words:
+            if w.end is not None:
+                self.clock = max(self.clock, w.end)
+        self.words = self.words[:index] + words
+        self.epochs.append(())
+        self._run(self.stream.revise(index, words), self.words)
+
+    @precondition(lambda self: not self.finished and len(self.finals) > 0)
+    @rule(data=st.data())
+    def revise_a_final_word(self, data):
+        index = data.draw(st.integers(0, len(self.finals) - 1), "index")
+        with pytest.raises(InputError, match="final"):
+            self.stream.revise(index, [Word("no")])
+        self._run(self.stream.push([]), self.words)  # the stream goes on as if nothing happened
+
+    @precondition(lambda self: not self.finished)
+    @rule(pause=st.sampled_from([0.0, 0.1, 0.5, 1.0, 3.0, 30.0]))
+    def tick(self, pause):
+        self.time += pause
+        self._tick(self.time)
+        self._run(self.stream.tick(self.time), self.words)
+
+    @precondition(lambda self: not self.finished)
+    @rule()
+    def finish(self):
+        self.finished = True
+        self._run(self.stream.finish(), self.words)
+        assert sorted(self.finals) == list(range(len(self.words))), "every word gets a final label"
+
+    @precondition(lambda self: self.finished)
+    @rule(call=st.sampled_from(["push", "revise", "tick", "finish"]))
+    def use_after_finish(self, call):
+        args = {"push": (["more"],), "revise": (len(self.words), ["more"]), "tick": (1e6,), "finish": ()}
+        with pytest.raises(InputError, match="finished"):
+            getattr(self.stream, call)(*args[call])
+
+    # --- what must hold after every step ------------------------------------------------------
+
+    @invariant()
+    def holds_a_bounded_amount(self):
+        if not hasattr(self, "stream") or not hasattr(self.stream, "held"):
+            return
+        held = self.stream.held()
+        open_tokens = sum(tokens_of(w) for w in self.words[len(self.finals) :])
+        limit = open_tokens + 8 * self.p.model.cfg.block + self.p.model.cfg.context
+        assert held.tokens <= limit, (held, open_tokens)
+        assert held.words <= len(self.words) - len(self.finals) + 300, held
+
+    def teardown(self):
+        """Every final label against predict() on the words it was decided from: with its full
+        lookahead, on the longest text of its epoch (the words after t + k change nothing);
+        decided early, on exactly the words it saw."""
+        by_text: dict[tuple[Word, ...], list[tuple[int, str]]] = {}
+        for seen, full, epoch, i, label in self.checks:
+            by_text.setdefault(self.epochs[epoch] if full else seen, []).append((i, label))
+        for text, decided in by_text.items():
+            expected = self.p.predict([w.text for w in text], lookahead=self.k, engine=self.engine)
+            for i, label in decided:
+                assert label == expected[i], f"word {i} of {len(text)}: {label}; predict() says {expected[i]}"
+
+
+class TestTinyStream(StreamMachine.TestCase):
+    settings = settings(settings.default, max_examples=settings.default.max_examples * 2)
+
+
+class ShippedStream(StreamMachine):
+    punctuator = staticmethod(shipped)
+    engines = ("auto", "masked")
+    lookaheads = (0, 2, 4)
+    delays = (None, 1500.0)
+
+
+TestShippedStream = ShippedStream.TestCase
+TestShippedStream.settings = settings(settings.default, max_examples=6, stateful_step_count=25)
