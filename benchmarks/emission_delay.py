@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, percentile, update_readme, write_json  # noqa: E402
 
 from streampunct import Punctuator  # noqa: E402
-from streampunct.stream import Word  # noqa: E402
+from streampunct.types import Word  # noqa: E402
 
 GAP_S = 1.0
 TICK_S = 0.05

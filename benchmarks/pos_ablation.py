@@ -30,7 +30,7 @@ from common import machine, percentile, update_readme, write_json  # noqa: E402
 from stream_latency import time_pushes  # noqa: E402
 
 from streampunct import Punctuator, score  # noqa: E402
-from streampunct.punctuator import label_tokens  # noqa: E402
+from streampunct.engines import label_tokens  # noqa: E402
 from streampunct.text import LABELS, normalize_labeled, read_iwslt  # noqa: E402
 
 SETS = {"Ref": "test2011", "ASR": "test2011asr"}

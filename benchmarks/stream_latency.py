@@ -27,7 +27,8 @@ import torch  # noqa: E402
 from common import device_suffix, machine, percentile, time_each, update_readme, write_json  # noqa: E402
 
 from streampunct import Punctuator, read_iwslt  # noqa: E402
-from streampunct.punctuator import DEFAULT_CHECKPOINT, checkpoint_dir, window_logits  # noqa: E402
+from streampunct.engines import window_logits  # noqa: E402
+from streampunct.punctuator import DEFAULT_CHECKPOINT, checkpoint_dir  # noqa: E402
 
 WORDS, HOUR = 2000, 36000  # timed pushes per lookahead, words pushed for the memory check
 

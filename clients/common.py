@@ -1,24 +1,49 @@
-"""What the clients share: connecting with clear errors, protocol messages, subtitle files."""
+"""What the clients share: connecting with clear errors, protocol messages, subtitle files, and one
+account of a session that ended before its ``end`` (the server failed or closed it, or the connection
+dropped), so that every client keeps what it received and says what happened in one line."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import InvalidStatus, InvalidURI
+from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
 
 from streampunct.captions import Caption, to_srt, to_vtt
 
 DEFAULT_URL = "ws://127.0.0.1:8765"
+CLOSING_ERRORS = {"internal"}  # error codes after which the server closes the stream (docs/protocol.md)
+END = json.dumps({"type": "end"})
 
 
 class ClientError(Exception):
     """Printed as one line, exit status 2."""
+
+    exit_status = 2
+
+
+class SessionLost(ClientError):
+    """The stream ended before the server's ``end``: the server failed on it or closed it, or the
+    connection dropped. ``reason`` says which, ``word`` is where the server stopped (when it said),
+    ``notes`` what the client kept. Printed as one line, exit status 1."""
+
+    exit_status = 1
+
+    def __init__(self, reason: str, word: int | None = None, notes: tuple[str, ...] = ()):
+        self.reason, self.word, self.notes = reason, word, notes
+        details = ((f"stopped at word {word}",) if word is not None else ()) + notes
+        super().__init__(reason + (f" ({'; '.join(details)})" if details else ""))
+
+    def noting(self, *notes: str) -> SessionLost:
+        """The same loss, its line also saying what the client kept."""
+        return SessionLost(self.reason, self.word, self.notes + notes)
 
 
 def add_stream_args(ap: argparse.ArgumentParser) -> None:
@@ -60,12 +85,68 @@ async def open_stream(
         raise ClientError(
             f"cannot reach a streampunct server at {url}: {e}. Is `streampunct serve` running?"
         ) from e
-    await ws.send(json.dumps({"type": "config", "version": 1, **config}))
-    ready = json.loads(await ws.recv())
+    try:
+        await ws.send(json.dumps({"type": "config", "version": 1, **config}))
+        ready = json.loads(await ws.recv())
+    except ConnectionClosed as e:
+        raise ClientError(f"the server at {url} closed the connection before the stream began") from e
     if ready.get("type") == "error":
         await ws.close()
         raise ClientError(f"the server refused the configuration: {ready['message']}")
     return ws, ready
+
+
+def session_lost(ws: ClientConnection, error: dict[str, Any] | None) -> SessionLost:
+    """How a session ended without its ``end``: the server's closing error if it sent one, else the
+    close code (1006: no close frame, the connection dropped)."""
+    if error is not None:
+        word = error.get("word")
+        return SessionLost(
+            f"the server closed the session: {error['code']}: {error['message']}",
+            word if isinstance(word, int) and not isinstance(word, bool) else None,
+        )
+    code, reason = ws.close_code, ws.close_reason
+    if code is None or code == 1006:
+        return SessionLost("the connection to the server was lost")
+    if code in (1000, 1001):
+        return SessionLost("the server closed the session before its end")
+    return SessionLost(f"the server closed the session with code {code}" + (f": {reason}" if reason else ""))
+
+
+async def messages(ws: ClientConnection) -> AsyncIterator[dict[str, Any]]:
+    """The server's messages, up to its ``end`` (included). A session that ends otherwise raises
+    SessionLost; the error message that announces the close is its reason, not a message."""
+    closing = None
+    try:
+        async for raw in ws:
+            msg = json.loads(raw)
+            if msg["type"] == "error" and msg["code"] in CLOSING_ERRORS:
+                closing = msg
+                continue
+            yield msg
+            if msg["type"] == "end":
+                return
+    except ConnectionClosed as e:
+        raise session_lost(ws, closing) from e
+    raise session_lost(ws, closing)
+
+
+async def finish(ws: ClientConnection, receiver: asyncio.Task[None]) -> None:
+    """Send ``end`` and wait for the receiver (a loop over ``messages``) to take the last messages.
+    A connection already closed is left to the receiver to explain: it raises SessionLost."""
+    with suppress(ConnectionClosed):
+        await ws.send(END)
+    await receiver
+
+
+async def send_then_finish(
+    ws: ClientConnection, outgoing: AsyncIterable[str | bytes], receiver: asyncio.Task[None]
+) -> None:
+    """Send every message of ``outgoing``, then finish; sending stops where the connection fails."""
+    with suppress(ConnectionClosed):
+        async for message in outgoing:
+            await ws.send(message)
+    await finish(ws, receiver)
 
 
 def caption_of(msg: dict[str, Any]) -> Caption:
@@ -79,17 +160,24 @@ def write_subtitles(prefix: str, captions: list[Caption]) -> list[Path]:
     return paths
 
 
+def keep_captions(lost: SessionLost, captions: list[Caption], prefix: str | None) -> SessionLost:
+    """Write the subtitles of the captions received before the loss (none if ``prefix`` is None);
+    the loss, its line saying what was kept."""
+    notes = [f"after {len(captions)} caption{'' if len(captions) == 1 else 's'}"]
+    if prefix is not None:
+        notes.append("wrote " + ", ".join(str(p) for p in write_subtitles(prefix, captions)))
+    return lost.noting(*notes)
+
+
 def run_client(
     main: Callable[[argparse.Namespace], Any], ap: argparse.ArgumentParser, argv: list[str] | None
 ) -> int:
     """Parse arguments, run the client's coroutine, turn failures into one clear line."""
-    import asyncio
-
     args = ap.parse_args(argv)
     try:
         return int(asyncio.run(main(args)) or 0)
     except ClientError as e:
         print(f"{ap.prog}: error: {e}", file=sys.stderr)
-        return 2
+        return e.exit_status
     except KeyboardInterrupt:
         return 130

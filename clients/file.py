@@ -6,17 +6,19 @@ The file (WAV, FLAC, MP3: anything PyAV decodes) is resampled to 16 kHz mono and
 in chunks, paced like live audio (``--speed 4`` sends four times faster, ``--speed 0`` as fast as
 possible). Each caption line is printed when it is final, with its latency: the time from the end
 of its last word in the audio to the moment the caption arrived, in audio seconds. At the end
-``OUT.srt`` and ``OUT.vtt`` are written (``--out``, default: the audio file's name).
+``OUT.srt`` and ``OUT.vtt`` are written (``--out``, default: the audio file's name). A session lost
+on the way (the server failed or the connection dropped) still writes the captions received, says
+what happened in one line and exits with status 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,10 +27,14 @@ import numpy as np
 
 from clients.common import (
     ClientError,
+    SessionLost,
     add_stream_args,
     caption_of,
+    keep_captions,
+    messages,
     open_stream,
     run_client,
+    send_then_finish,
     stream_config,
     write_subtitles,
 )
@@ -61,7 +67,9 @@ class Result:
 async def stream_file(
     url: str, audio: np.ndarray, speed: float, config: dict[str, Any], on_caption: Any = None
 ) -> Result:
-    """Send the audio paced at ``speed``; collect every message with the audio clock at its arrival."""
+    """Send the audio paced at ``speed``; collect every message with the audio clock at its arrival.
+    A session that ends before the server's ``end`` raises SessionLost (``on_caption`` has seen
+    every caption that arrived)."""
     ws, _ = await open_stream(url, "/v1/asr", config)
     pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
     step = int(CHUNK_S * 16000) * 2
@@ -73,8 +81,7 @@ async def stream_file(
         return (time.perf_counter() - t0) * pace
 
     async def receive() -> None:
-        async for raw in ws:
-            msg = json.loads(raw)
+        async for msg in messages(ws):
             result.timeline.append((audio_clock(), msg))
             if msg["type"] == "caption":
                 c = caption_of(msg)
@@ -87,38 +94,43 @@ async def stream_file(
                 print(f"server: {msg['code']}: {msg['message']}", file=sys.stderr, flush=True)
             elif msg["type"] == "end":
                 result.end = msg
-                return
 
-    async with ws:
-        receiver = asyncio.create_task(receive())
+    async def chunks() -> AsyncIterator[bytes]:
         for i in range(0, len(pcm), step):
-            await ws.send(pcm[i : i + step])
+            yield pcm[i : i + step]
             if pace != float("inf"):
                 ahead = (i + step) / 2 / 16000 / pace - (time.perf_counter() - t0)
                 if ahead > 0:
                     await asyncio.sleep(ahead)
-        await ws.send(json.dumps({"type": "end"}))
-        await receiver
+
+    async with ws:
+        await send_then_finish(ws, chunks(), asyncio.create_task(receive()))
     return result
 
 
 async def main(args: argparse.Namespace) -> int:
     audio = load_audio(args.audio)
+    captions: list[Caption] = []
+    prefix = None if args.no_subtitles else args.out or Path(args.audio).stem
 
     def show(c: Caption, latency: float) -> None:
+        captions.append(c)
         lag = "" if latency != latency else f" +{latency:4.1f}s"  # NaN when not paced
         print(f"[{c.start or 0:7.2f}s{lag}] {c.text}", flush=True)
 
     config = stream_config(args)
-    result = await stream_file(args.url, audio, args.speed, config, show)
+    try:
+        result = await stream_file(args.url, audio, args.speed, config, show)
+    except SessionLost as lost:
+        raise keep_captions(lost, captions, prefix) from lost
     lat = result.latencies
     if lat and args.speed > 0:
         print(
             f"{len(lat)} captions; latency median {statistics.median(lat):.2f} s, max {max(lat):.2f} s",
             file=sys.stderr,
         )
-    if not args.no_subtitles:
-        for p in write_subtitles(args.out or Path(args.audio).stem, result.captions):
+    if prefix is not None:
+        for p in write_subtitles(prefix, captions):
             print(f"wrote {p}", file=sys.stderr)
     return 0
 

@@ -4,7 +4,9 @@
 
 Speak; the line being spoken shows dim (provisional words), and each caption line turns bright once
 its punctuation is final. Ctrl-C ends the stream: the server finalises what was said, and
-``OUT.srt`` and ``OUT.vtt`` (default ``captions``) are written.
+``OUT.srt`` and ``OUT.vtt`` (default ``captions``) are written. A session lost on the way (the server
+failed or the connection dropped) still writes the captions received, says what happened in one
+line and exits with status 1.
 Needs sounddevice and PortAudio (``pip install sounddevice``; Debian: ``apt install libportaudio2``).
 """
 
@@ -12,14 +14,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from typing import Any
 
+from websockets.exceptions import ConnectionClosed
+
 from clients.common import (
     ClientError,
+    SessionLost,
     add_stream_args,
     caption_of,
+    finish,
+    keep_captions,
+    messages,
     open_stream,
     run_client,
     stream_config,
@@ -80,8 +87,7 @@ async def main(args: argparse.Namespace) -> int:
     captions: list[Caption] = []
 
     async def receive() -> None:
-        async for raw in ws:
-            msg = json.loads(raw)
+        async for msg in messages(ws):
             if msg["type"] == "words":
                 screen.words(msg)
             elif msg["type"] == "caption":
@@ -89,8 +95,6 @@ async def main(args: argparse.Namespace) -> int:
                 screen.caption(captions[-1])
             elif msg["type"] == "error":
                 print(f"\nserver: {msg['code']}: {msg['message']}", file=sys.stderr)
-            elif msg["type"] == "end":
-                return
 
     receiver = asyncio.create_task(receive())
     try:
@@ -102,26 +106,25 @@ async def main(args: argparse.Namespace) -> int:
     print("Listening; Ctrl-C to stop.", file=sys.stderr)
     try:
         with device:
-            while True:
+            while not receiver.done():  # the server may end the stream first
                 await ws.send(await chunks.get())
     except (KeyboardInterrupt, asyncio.CancelledError):
-        pass
-    finally:
         print("\nStopping: the last words are being punctuated ...", file=sys.stderr)
-
-        async def last_captions() -> None:
-            await ws.send(json.dumps({"type": "end"}))
-            await receiver
-
-        try:  # a server that never answers must not keep the captions from being written
-            await asyncio.wait_for(last_captions(), END_WAIT_S)
-        except asyncio.TimeoutError:
-            receiver.cancel()
-            print(f"no answer to the end of the stream in {END_WAIT_S:.0f} s", file=sys.stderr)
-        await ws.close()
-        print(file=sys.stdout)
-        for p in write_subtitles(args.out, captions):
-            print(f"wrote {p}", file=sys.stderr)
+    except ConnectionClosed:
+        pass  # the receiver says how the session ended
+    lost = None
+    try:  # a server that never answers must not keep the captions from being written
+        await asyncio.wait_for(finish(ws, receiver), END_WAIT_S)
+    except asyncio.TimeoutError:
+        lost = SessionLost(f"the server did not answer the end of the stream in {END_WAIT_S:.0f} s")
+    except SessionLost as e:
+        lost = e
+    await ws.close()
+    print(file=sys.stdout)
+    if lost is not None:
+        raise keep_captions(lost, captions, args.out)
+    for p in write_subtitles(args.out, captions):
+        print(f"wrote {p}", file=sys.stderr)
     return 0
 
 

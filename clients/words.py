@@ -9,7 +9,9 @@ Each input line is one JSON object, as any recogniser can write it:
     {"revise": 12, "words": [...]}                         replace the words from index 12 on
     {"tick": 3.5}                                          the recogniser's clock, in silence
 
-Punctuated sentences are printed as soon as their last word is final. This file is the reference
+Punctuated sentences are printed as soon as their last word is final. A session lost on the way
+(the server failed or the connection dropped) still prints the final words received, says what
+happened in one line and exits with status 1. This file is the reference
 for integrators: it is the whole protocol of /v1/punct (docs/protocol.md) in about 60 lines.
 """
 
@@ -19,11 +21,20 @@ import argparse
 import asyncio
 import json
 import sys
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import IO, Any
 
-from clients.common import ClientError, add_stream_args, open_stream, run_client, stream_config
+from clients.common import (
+    ClientError,
+    add_stream_args,
+    messages,
+    open_stream,
+    run_client,
+    send_then_finish,
+    stream_config,
+)
 from streampunct.captions import Captioner
-from streampunct.stream import PunctEvent
+from streampunct.types import PunctEvent
 
 
 def to_message(line: str, n: int) -> dict[str, Any]:
@@ -46,37 +57,40 @@ def to_message(line: str, n: int) -> dict[str, Any]:
 
 async def receive(ws: Any, out: Any) -> None:
     captioner = Captioner(line_chars=None)  # whole sentences: this is text, not live captions
-    async for raw in ws:
-        msg = json.loads(raw)
-        if msg["type"] == "events":
-            events = [PunctEvent(e["index"], e["word"], e["label"], e["final"]) for e in msg["events"]]
-            for c in captioner.add(events):
-                print(c.text, file=out, flush=True)
-        elif msg["type"] == "error":
-            print(f"server: {msg['code']}: {msg['message']}", file=sys.stderr, flush=True)
-        elif msg["type"] == "end":
-            for c in captioner.flush():
-                print(c.text, file=out, flush=True)
-            return
+    try:
+        async for msg in messages(ws):
+            if msg["type"] == "events":
+                events = [PunctEvent(e["index"], e["word"], e["label"], e["final"]) for e in msg["events"]]
+                for c in captioner.add(events):
+                    print(c.text, file=out, flush=True)
+            elif msg["type"] == "error":
+                print(f"server: {msg['code']}: {msg['message']}", file=sys.stderr, flush=True)
+    finally:  # the end, or a lost session: the final words of the last sentence are printed too
+        for c in captioner.flush():
+            print(c.text, file=out, flush=True)
+
+
+async def lines(source: IO[str]) -> AsyncIterator[str]:
+    """The protocol messages of the input lines; a bad line is reported and skipped."""
+    loop = asyncio.get_running_loop()
+    n = 0
+    while line := await loop.run_in_executor(None, source.readline):  # the loop stays free
+        n += 1
+        if not line.strip():
+            continue
+        try:
+            message = json.dumps(to_message(line, n))
+        except ClientError as e:  # the stream goes on
+            print(f"streampunct words: skipped: {e}", file=sys.stderr, flush=True)
+            continue
+        yield message
 
 
 async def main(args: argparse.Namespace) -> int:
     source = open(args.file, encoding="utf-8") if args.file else sys.stdin  # noqa: SIM115
     ws, _ = await open_stream(args.url, "/v1/punct", stream_config(args))
     async with ws:
-        receiver = asyncio.create_task(receive(ws, sys.stdout))
-        loop = asyncio.get_running_loop()
-        n = 0
-        while line := await loop.run_in_executor(None, source.readline):  # the loop stays free
-            n += 1
-            if not line.strip():
-                continue
-            try:
-                await ws.send(json.dumps(to_message(line, n)))
-            except ClientError as e:  # a bad line is reported and skipped; the stream goes on
-                print(f"streampunct words: skipped: {e}", file=sys.stderr, flush=True)
-        await ws.send(json.dumps({"type": "end"}))
-        await receiver
+        await send_then_finish(ws, lines(source), asyncio.create_task(receive(ws, sys.stdout)))
     return 0
 
 

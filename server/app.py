@@ -35,9 +35,10 @@ from websockets.http11 import Request, Response
 
 from server import protocol as P
 from streampunct import Punctuator, StreamPunctError
+from streampunct.asr import SAMPLE_RATE, Hypothesis, StreamingRecognizer
 from streampunct.captions import Captioner
 from streampunct.scheduler import Batcher
-from streampunct.stream import PunctEvent, Word
+from streampunct.types import PunctEvent, Word
 
 PAGE = Path(__file__).parent / "page" / "index.html"
 log = logging.getLogger("streampunct.server")
@@ -103,13 +104,26 @@ class App:
 
     # --- HTTP ------------------------------------------------------------------------------
 
-    def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+    async def health(self) -> Response:
+        """``ok``, ``stopping``, or ``failing`` (HTTP 503): after a batch of streams failed as a
+        whole (e.g. out of memory), a probe stream must get through the batcher again."""
+        body: dict[str, Any] = {"status": "ok", "streams": self.active, "protocol": P.VERSION}
+        if self.stopping.is_set():
+            body["status"] = "stopping"
+        elif self.batcher.faults:
+            try:
+                probe = self.punctuator.stream(lookahead=1)
+                await asyncio.wait_for(self.batcher.push(probe, ["is", "it", "working"]), 10)
+                await asyncio.wait_for(self.batcher.finish(probe), 10)
+            except Exception as e:
+                body.update(status="failing", error=self.batcher.last_fault or f"{type(e).__name__}: {e}")
+                return _json_response(HTTPStatus.SERVICE_UNAVAILABLE, body)
+        return _json_response(HTTPStatus.OK, body)
+
+    async def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         path = urlparse(request.path).path
         if path == "/health":
-            status = "stopping" if self.stopping.is_set() else "ok"
-            return _json_response(
-                HTTPStatus.OK, {"status": status, "streams": self.active, "protocol": P.VERSION}
-            )
+            return await self.health()
         if path in ("/", "/index.html"):
             return Response(
                 200, "OK", Headers({"Content-Type": "text/html; charset=utf-8"}), PAGE.read_bytes()
@@ -157,11 +171,13 @@ class App:
         except ConnectionClosed as e:
             _log(logging.INFO, "connection_closed", session=session_id, code=e.rcvd.code if e.rcvd else None)
         except Exception:
-            log.exception("session_failed", extra={"fields": {"session": session_id}})
+            stopped = session.stream.n_final if session.stream is not None else None
+            log.exception("session_failed", extra={"fields": {"session": session_id, "word": stopped}})
             try:
-                await connection.send(
-                    P.dumps(P.error("internal", "the server failed on this stream; it is closed"))
-                )
+                message = "the server failed on this stream; it is closed"
+                if stopped is not None:
+                    message += f" (words before {stopped} are final)"
+                await connection.send(P.dumps(P.error("internal", message, stopped)))
                 await connection.close(1011, "internal error")
             except ConnectionClosed:
                 pass
@@ -274,9 +290,28 @@ class PunctSession(Session):
 
 
 class AsrSession(Session):
-    async def configure(self, msg: dict[str, Any]) -> None:
-        from streampunct.asr import StreamingRecognizer
+    """Audio in; words, events, captions out. The receive loop only queues the audio, so the socket
+    is read and the keepalive answered however slow recognition is; a recognition task of the
+    session's own runs a pass in the ASR worker whenever enough audio waits. When it falls behind
+    real time, the recogniser skips to recent audio (streampunct.asr's catch-up policy) and the
+    client gets a ``lag`` message; the connection stays open."""
 
+    # Audio waiting beyond this (a sender an hour ahead of recognition): stop reading. Not sooner:
+    # a connection that is not read cannot answer its keepalive, and a file sent at full speed
+    # (an hour: 230 MB as float32) must not lose its session.
+    MAX_WAITING_S = 3600.0
+
+    def __init__(self, app: App, connection: ServerConnection, session_id: str):
+        super().__init__(app, connection, session_id)
+        self.inbox: list[tuple[np.ndarray, float]] = []  # audio not fed yet, with its arrival time
+        self.inbox_samples = 0
+        self.backlog = 0  # samples waiting in the recogniser, as of its last pass
+        self.wake = asyncio.Event()  # audio arrived, or the stream ends
+        self.progress = asyncio.Event()  # a pass ended, or the recognition task did
+        self.ending = False  # no more audio: recognise what waits, then stop
+        self.recognition: asyncio.Task[None] | None = None
+
+    async def configure(self, msg: dict[str, Any]) -> None:
         cfg = P.parse_config(msg, audio=True)
         self.recognizer = StreamingRecognizer(await self.app.whisper())
         self.stream = self.app.punctuator.stream(cfg.lookahead, cfg.max_delay_ms, cfg.engine)
@@ -284,16 +319,23 @@ class AsrSession(Session):
         self.ends: dict[int, float] = {}  # word end times of words not final yet
         self.cfg = cfg
         await self.send(P.ready(self.id, cfg, "asr", self.stream.engine))
+        self.recognition = asyncio.create_task(self.recognise(), name=f"asr-{self.id}")
+
+    async def run(self) -> None:
+        try:
+            await super().run()
+        finally:
+            await self.stop_recognition()
 
     async def on_message(self, message: str | bytes) -> bool:
-        loop = asyncio.get_running_loop()
         if isinstance(message, bytes):
             if len(message) % 2:
                 raise P.ProtocolError("bad_audio", "audio must be 16-bit PCM: an even number of bytes")
-            self.recognizer.feed(np.frombuffer(message, dtype="<i2").astype(np.float32) / 32768.0)
-            if self.recognizer.ready():
-                hyp = await loop.run_in_executor(self.app.asr_executor, self.recognizer.process)
-                await self.words(hyp.committed, hyp.provisional)
+            audio = np.frombuffer(message, dtype="<i2").astype(np.float32) / 32768.0
+            self.inbox.append((audio, time.monotonic()))
+            self.inbox_samples += len(audio)
+            self.wake.set()
+            await self.make_room()
             return False
         msg = P.parse(message)
         if msg["type"] == "end":
@@ -305,6 +347,86 @@ class AsrSession(Session):
             "unknown_type", f'unknown message type "{msg["type"]}" (send binary audio, then "end")'
         )
 
+    async def make_room(self) -> None:
+        """Back-pressure for a sender far ahead of real time (a file sent as fast as possible):
+        wait while more than MAX_WAITING_S of audio waits. A live stream does not get here: the
+        recogniser skips to recent audio long before (streampunct.asr, ``max_lag_s``)."""
+        limit = self.MAX_WAITING_S * SAMPLE_RATE
+        while self.inbox_samples + self.backlog > limit and self.recognition and not self.recognition.done():
+            self.progress.clear()
+            await self.progress.wait()
+
+    def feed_inbox(self) -> None:
+        """Hand the queued audio to the recogniser: only between passes (it is not thread-safe)."""
+        for audio, arrived in self.inbox:
+            self.recognizer.feed(audio, now=arrived)
+        self.inbox.clear()
+        self.inbox_samples = 0
+        self.backlog = self.recognizer.unprocessed
+
+    def process(self) -> Hypothesis:
+        """One pass, in the ASR worker: the clock is read when the pass starts, not when queued."""
+        return self.recognizer.process(now=time.monotonic())
+
+    async def recognise(self) -> None:
+        """The recognition task: a pass whenever enough audio waits; after ``end``, until less than
+        a pass waits. Its faults close this connection alone (1011)."""
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                self.feed_inbox()
+                if not self.recognizer.ready():
+                    if self.ending:
+                        return
+                    self.wake.clear()
+                    await self.wake.wait()
+                    continue
+                caught_up = self.recognizer.catch_up(now=time.monotonic())  # told at once, not after a pass
+                if caught_up is not None:
+                    await self.report(caught_up)
+                hyp = await loop.run_in_executor(self.app.asr_executor, self.process)
+                self.backlog = self.recognizer.unprocessed
+                self.progress.set()
+                await self.report(hyp)
+        except ConnectionClosed:
+            pass  # the receive loop sees it too
+        except Exception:
+            log.exception("recognition_failed", extra={"fields": {"session": self.id}})
+            try:
+                await self.send(P.error("internal", "speech recognition failed on this stream; it is closed"))
+                await self.connection.close(1011, "internal error")
+            except ConnectionClosed:
+                pass
+        finally:
+            self.progress.set()
+
+    async def stop_recognition(self) -> None:
+        """However the session ends, its recognition task ends with it; a pass already under way
+        in the worker runs to its end and its result is dropped."""
+        task = self.recognition
+        if task is None:
+            return
+        if not task.done():
+            task.cancel()
+        await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()  # retrieved: the task reports its own faults
+
+    async def report(self, hyp: Hypothesis) -> None:
+        """Send what a pass (or a catch-up) found: the skip first, then the words."""
+        if hyp.skipped is not None:
+            skip = hyp.skipped
+            _log(
+                logging.WARNING,
+                "asr_lag",
+                session=self.id,
+                skipped_s=round(skip.seconds, 3),
+                start=round(skip.start, 3),
+                end=round(skip.end, 3),
+            )
+            await self.send(P.lag(skip))
+        await self.words(hyp.committed, hyp.provisional)
+
     async def words(self, committed: list[Word], provisional: list[Word]) -> None:
         first = self.stream.n_words
         self.captioner.add_words(first, committed)
@@ -315,7 +437,7 @@ class AsrSession(Session):
         now = (
             provisional[0].start
             if provisional and provisional[0].start is not None
-            else self.recognizer.duration
+            else self.recognizer.processed_until
         )
         events = await self.app.batcher.push(self.stream, committed, now=now)
         if committed or provisional:
@@ -349,7 +471,13 @@ class AsrSession(Session):
             )
 
     async def end(self, reason: str | None = None) -> None:
+        """Recognise the audio that waits (the recognition task's last passes), then finish."""
         loop = asyncio.get_running_loop()
+        self.ending = True
+        self.wake.set()
+        if self.recognition is not None:
+            await self.recognition
+        self.feed_inbox()
         rest = await loop.run_in_executor(self.app.asr_executor, self.recognizer.finish)
         await self.words(rest, [])
         await self.emit(await self.app.batcher.finish(self.stream), flush=True)

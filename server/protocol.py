@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from streampunct import StreamPunctError
-from streampunct.asr import SAMPLE_RATE
-from streampunct.punctuator import ENGINES, MAX_LOOKAHEAD
-from streampunct.stream import PunctEvent, Word
+from streampunct.asr import SAMPLE_RATE, Skip
+from streampunct.types import ENGINES, MAX_LOOKAHEAD, PunctEvent, Word
 
 VERSION = 1
 MAX_WORDS_PER_MESSAGE = 1000
@@ -160,8 +159,19 @@ def word_dict(w: Word, index: int | None = None) -> dict[str, Any]:
     return d
 
 
-def error(code: str, message: str) -> dict[str, Any]:
-    return {"type": "error", "code": code, "message": message}
+def error(code: str, message: str, word: int | None = None) -> dict[str, Any]:
+    """An error; ``word``: where a failed stream stopped (its first word not final)."""
+    msg: dict[str, Any] = {"type": "error", "code": code, "message": message}
+    if word is not None:
+        msg["word"] = word
+    return msg
+
+
+def lag(skip: Skip) -> dict[str, Any]:
+    """Recognition fell behind real time and skipped the audio from ``start`` to ``end`` (stream
+    seconds): the words spoken there are lost; recognition goes on from ``end``."""
+    start, end = round(skip.start, 3), round(skip.end, 3)
+    return {"type": "lag", "skipped_s": round(end - start, 3), "start": start, "end": end}
 
 
 def dumps(msg: dict[str, Any]) -> str:

@@ -1,14 +1,41 @@
 """A streaming speech recogniser on faster-whisper: audio chunks in, committed words out.
 
-Audio (16 kHz mono float32) accumulates in a rolling buffer that is re-transcribed, with word
-timestamps and faster-whisper's VAD, each time enough new audio has arrived. The commit policy is
-:class:`LocalAgreement` (whisper_streaming's LocalAgreement-2): a word is committed once two
-consecutive hypotheses agree on it. The buffer is trimmed at a committed sentence end, which the
-caller reports from streampunct's own periods (:meth:`StreamingRecognizer.sentence_end`), not
-Whisper's, or, past ``max_buffer_s``, at the last committed word. Whisper's casing and punctuation
-travel with the words; streampunct's normalisation strips them before the punctuator sees them.
+Audio (16 kHz mono float32) waits until ``process()`` moves it into a rolling buffer that is
+re-transcribed, with word timestamps and faster-whisper's VAD, each time enough new audio has
+arrived. The commit policy is :class:`LocalAgreement` (whisper_streaming's LocalAgreement-2): a word
+is committed once two consecutive hypotheses agree on it. The buffer is trimmed at a committed
+sentence end, which the caller reports from streampunct's own periods
+(:meth:`StreamingRecognizer.sentence_end`), not Whisper's, or, past ``max_buffer_s``, at the last
+committed word. Whisper's casing and punctuation travel with the words; streampunct's normalisation
+strips them before the punctuator sees them.
 
-``process()`` runs the model and blocks: a server calls it from a worker thread.
+Falling behind. Recognition is *behind* when audio that is due has waited more than ``max_lag_s``
+(default 8 s) without being recognised. Audio is due once real time has reached it: the caller
+passes its clock as ``now`` to ``feed()`` and ``process()``, and audio at stream time ``t`` is due
+at ``anchor + t``, where the anchor is the latest ``now - stream time`` of a fed chunk's end (a
+sender that pauses moves the schedule on). Audio sent ahead of real time, such as a file sent as
+fast as possible, is therefore not late while recognition keeps up with real time. Without a
+clock all fed audio is due. The catch-up policy, at the start of ``process()`` (or alone, without
+the model: ``catch_up()``, for a caller that reports the skip before the pass):
+
+1. the last hypothesis is committed as it stands, as at the end of a stream (its audio was
+   recognised once); the committed words are kept;
+2. the waiting audio is skipped up to ``resume_s`` (2 s) before the due end, and the buffer
+   restarts there: the words spoken in the skipped audio are lost, and the words after it keep
+   the true stream clock;
+3. the skip is reported in :attr:`Hypothesis.skipped` (a :class:`Skip`: from and to, in stream
+   seconds).
+
+Why 8 s: on a healthy machine the waiting audio stays under ``min_chunk_s`` plus one pass (tiny.en
+takes well under a second a pass on a CPU core, base a few), so a healthy stream never loses a word
+to a hiccup; and a caption more than about ten seconds late is of little use live. A recogniser
+that stays slower than real time skips again whenever it falls 8 s behind: its words come in
+stretches, each pass's hypothesis committed at the next skip, and the stream stays live. Without
+a skip, each pass takes all the due audio that waits (at least ``min_chunk_s``), so a recogniser a
+little slower than real time catches up by taking longer steps.
+
+``process()`` runs the model and blocks: a server calls it from a worker thread. A recogniser is
+not thread-safe: feed it only between passes.
 """
 
 from __future__ import annotations
@@ -22,13 +49,14 @@ from typing import Any
 import numpy as np
 
 from .errors import StreamPunctError
-from .stream import Word
 from .text import normalize
+from .types import Word
 
 __all__ = [
     "LocalAgreement",
     "StreamingRecognizer",
     "Hypothesis",
+    "Skip",
     "load_whisper",
     "resolve_asr_model",
     "SAMPLE_RATE",
@@ -86,9 +114,22 @@ class LocalAgreement:
 
 
 @dataclass(frozen=True)
+class Skip:
+    """Audio never recognised: recognition fell behind and resumed at ``end`` (stream seconds)."""
+
+    start: float
+    end: float
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
 class Hypothesis:
     committed: list[Word]  # newly committed, in order; never revised
     provisional: list[Word]  # the current guess after them, for display
+    skipped: Skip | None = None  # audio skipped before this pass to catch up (module docstring)
 
 
 class StreamingRecognizer:
@@ -102,52 +143,115 @@ class StreamingRecognizer:
         min_chunk_s: float = 1.0,
         trim_after_s: float = 12.0,
         max_buffer_s: float = 25.0,
+        max_lag_s: float | None = 8.0,
+        resume_s: float = 2.0,
         beam_size: int = 1,
     ):
+        if max_lag_s is not None and not 0 <= resume_s < max_lag_s:
+            raise StreamPunctError(f"resume_s must be from 0 to max_lag_s ({max_lag_s}), got {resume_s}")
         self.model = model
         self.language = language
         self.min_chunk_s = min_chunk_s
         self.trim_after_s = trim_after_s
         self.max_buffer_s = max_buffer_s
+        self.max_lag_s = max_lag_s  # None: never skip
+        self.resume_s = resume_s
         self.beam_size = beam_size
-        self.audio = np.zeros(0, dtype=np.float32)
+        self.audio = np.zeros(0, dtype=np.float32)  # the buffer that is transcribed
         self.offset = 0.0  # stream time of the buffer's first sample
-        self.unprocessed = 0  # samples fed since the last process()
+        self.waiting: list[np.ndarray] = []  # audio fed after the buffer, not transcribed yet
+        self.unprocessed = 0  # samples in ``waiting``
         self.policy = LocalAgreement()
         self.history: list[str] = []  # committed text that left the buffer, for the prompt
+        self.skipped: list[Skip] = []  # every skip, in order
         self._sentence_end = 0.0
+        self._anchor: float | None = None  # real time minus stream time, at the latest chunk's end
+
+    @property
+    def processed_until(self) -> float:
+        """Stream time up to which audio has been transcribed: the recogniser's clock."""
+        return self.offset + len(self.audio) / SAMPLE_RATE
 
     @property
     def duration(self) -> float:
         """Seconds of audio fed so far."""
-        return self.offset + len(self.audio) / SAMPLE_RATE
+        return self.processed_until + self.unprocessed / SAMPLE_RATE
 
-    def feed(self, audio: np.ndarray) -> None:
+    def feed(self, audio: np.ndarray, now: float | None = None) -> None:
+        """Take audio; ``now``: the caller's clock (seconds) when it arrived, for :meth:`lag`."""
         if audio.ndim != 1:
             raise StreamPunctError("audio must be mono")
-        self.audio = np.concatenate([self.audio, audio.astype(np.float32, copy=False)])
+        self.waiting.append(audio.astype(np.float32, copy=False))
         self.unprocessed += len(audio)
+        if now is not None:
+            late = now - self.duration
+            self._anchor = late if self._anchor is None else max(self._anchor, late)
 
     def ready(self) -> bool:
         return self.unprocessed >= self.min_chunk_s * SAMPLE_RATE
+
+    def lag(self, now: float | None = None) -> float:
+        """Seconds of due audio waiting to be transcribed (due: real time has reached it)."""
+        return max(0.0, self._due_until(now) - self.processed_until)
 
     def sentence_end(self, time: float) -> None:
         """A committed word ending at ``time`` closes a sentence (streampunct's period)."""
         self._sentence_end = max(self._sentence_end, time)
 
-    def process(self) -> Hypothesis:
-        """Transcribe the buffer; commit what two hypotheses agree on; trim the buffer."""
-        self.unprocessed = 0
+    def process(self, now: float | None = None) -> Hypothesis:
+        """Catch up if behind; transcribe the buffer with the due audio; commit what two
+        hypotheses agree on; trim the buffer."""
+        caught_up = self.catch_up(now)
+        due = self.lag(now) * SAMPLE_RATE
+        self._take(max(int(round(due)), int(self.min_chunk_s * SAMPLE_RATE)))
         committed = self.policy.update(self._transcribe())
         self._trim()
-        return Hypothesis(committed, self.policy.pending())
+        if caught_up is None:
+            return Hypothesis(committed, self.policy.pending())
+        return Hypothesis(caught_up.committed + committed, self.policy.pending(), caught_up.skipped)
+
+    def catch_up(self, now: float | None = None) -> Hypothesis | None:
+        """Behind by more than ``max_lag_s``: commit the last hypothesis and skip to recent audio
+        (module docstring); return the words committed and the skip, or None when not behind.
+        Cheap (no model): ``process()`` calls it first, and a caller may call it before a pass to
+        report the skip at once."""
+        if self.max_lag_s is None or self.lag(now) <= self.max_lag_s:
+            return None
+        committed = self.policy.pending()
+        start = self.processed_until
+        samples = round((self._due_until(now) - self.resume_s - start) * SAMPLE_RATE)  # < unprocessed
+        self.history.extend(w.text for w in self.policy.committed + committed)
+        del self.history[:-60]
+        waiting = np.concatenate(self.waiting)[samples:]
+        self.waiting, self.unprocessed = [waiting], len(waiting)
+        self.audio = np.zeros(0, dtype=np.float32)
+        self.offset = start + samples / SAMPLE_RATE  # exact: whole samples, no drift
+        self.policy = LocalAgreement(last_end=self.offset)
+        self.skipped.append(Skip(start, self.offset))
+        return Hypothesis(committed, [], self.skipped[-1])
 
     def finish(self) -> list[Word]:
         """End of audio: transcribe what is left and commit all of it."""
+        self._take(self.unprocessed)
         rest = self.policy.update(self._transcribe()) if len(self.audio) else []
         rest += self.policy.pending()
         self.policy.previous = []
         return rest
+
+    def _due_until(self, now: float | None) -> float:
+        if now is None or self._anchor is None:
+            return self.duration
+        return min(self.duration, now - self._anchor)
+
+    def _take(self, samples: int) -> None:
+        """Move up to ``samples`` of the waiting audio into the buffer."""
+        if not self.waiting or samples <= 0:
+            return
+        waiting = np.concatenate(self.waiting)
+        self.audio = np.concatenate([self.audio, waiting[:samples]])
+        rest = waiting[samples:]
+        self.waiting = [rest] if len(rest) else []
+        self.unprocessed = len(rest)
 
     def _transcribe(self) -> list[Word]:
         if len(self.audio) < SAMPLE_RATE // 10:
@@ -175,11 +279,11 @@ class StreamingRecognizer:
         if length > self.trim_after_s and self._sentence_end > self.offset:
             cut = self._sentence_end
         elif length > self.max_buffer_s:
-            cut = self.policy.last_end if self.policy.last_end > self.offset else self.duration - 1.0
+            cut = self.policy.last_end if self.policy.last_end > self.offset else self.processed_until - 1.0
         if cut is None:
             return
         cut = min(cut, self.policy.last_end) if self.policy.last_end > self.offset else cut
-        samples = int((cut - self.offset) * SAMPLE_RATE)
+        samples = round((cut - self.offset) * SAMPLE_RATE)  # 24.999999 s is 400000 samples, not 399999
         if samples <= 0:
             return
         self.history.extend(w.text for w in self.policy.committed if (w.end or 0) <= cut)

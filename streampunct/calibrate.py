@@ -16,8 +16,9 @@ from collections.abc import Sequence
 
 import torch
 
+from .engines import token_logits
 from .metrics import _prf
-from .punctuator import Punctuator, token_logits
+from .punctuator import Punctuator
 from .text import LABEL_ID
 
 __all__ = ["LOOKAHEADS", "calibrate", "choose_window_from", "tune_offsets"]

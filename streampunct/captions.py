@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .stream import PunctEvent, Word
 from .text import caption_text
+from .types import PunctEvent, Word
 
 __all__ = ["Caption", "Captioner", "to_srt", "to_vtt"]
 

@@ -71,8 +71,9 @@ def cmd_punctuate(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .engines import resolve_engine
     from .metrics import score
-    from .punctuator import Punctuator, resolve_engine
+    from .punctuator import Punctuator
     from .text import read_iwslt
 
     if args.data is None:

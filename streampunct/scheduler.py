@@ -1,38 +1,57 @@
 """Many streams, one model: their pending work batched into one forward pass per layer.
 
-:func:`run_batch` is the synchronous core: it stages every job's words, computes the stale rows of
-all the streams' windows together (:func:`~streampunct.incremental.compute_many`), then lets each
-stream decide. :class:`Batcher` is the asyncio front: one worker task takes the jobs that are
-waiting, at most one per stream and ``max_batch`` in all, runs them in a worker thread, and wakes
-each caller with its events. A job waits for at most the batch in flight plus ``max_wait_ms``
-(default 0: no lingering; under load, batches form by themselves while the previous one runs).
-Errors in one stream's job (bad input) reach that caller alone.
+:func:`run_batch` is the synchronous core: it prepares every job's call on its stream
+(:meth:`~streampunct.stream.PunctStream.prepare`), computes the pending work of all the streams
+together (:func:`~streampunct.incremental.compute_many`), then lets each stream complete its call.
+:class:`Batcher` is the asyncio front: one worker task takes the jobs that are waiting and runs
+them in a worker thread, and wakes each caller with its events.
+
+Bounds, so that no one stream can starve the others or exhaust memory:
+
+- a push or revision of more than ``max_job_words`` words runs as consecutive jobs of at most that
+  many, as if the recogniser had sent them in messages of that size (the clock ``now`` goes with
+  the last one);
+- a batch takes at most one job per stream, ``max_batch`` jobs and about ``max_batch_words`` words;
+  a stream's next job joins the queue only once its previous one is done, so every waiting stream
+  gets its turn in arrival order.
+
+A job waits for at most the batch in flight plus ``max_wait_ms`` (default 0: no lingering; under
+load, batches form by themselves while the previous one runs). Errors in one stream's job reach that
+caller alone; an unexpected one is logged here with its traceback and handed on without it, so
+that a failed job keeps no frames (and their tensors) alive. :attr:`Batcher.faults` counts the
+batches in a row that failed as a whole: a server that can no longer compute says so in its health.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from .errors import InputError
+from .errors import StreamPunctError
 from .incremental import compute_many
-from .stream import PunctEvent, PunctStream, Word
+from .stream import Call, Finish, PunctStream, Push, Revise, Tick
+from .types import PunctEvent, Word
 
 __all__ = ["Job", "run_batch", "Batcher"]
+
+log = logging.getLogger("streampunct.scheduler")
 
 
 @dataclass
 class Job:
-    """One call on one stream: ``op`` is push, revise, tick or finish."""
+    """One call on one stream."""
 
     stream: PunctStream
-    op: str
-    words: Sequence[str | Word] = ()
-    index: int = 0
-    now: float | None = None
+    call: Call
     future: asyncio.Future[list[PunctEvent]] | None = field(default=None, repr=False)
+
+    @property
+    def size(self) -> int:
+        """Words the job adds (at least 1: a tick or a finish is work too)."""
+        return max(1, len(getattr(self.call, "words", ())))
 
 
 def run_batch(jobs: Sequence[Job]) -> list[list[PunctEvent] | Exception]:
@@ -40,33 +59,25 @@ def run_batch(jobs: Sequence[Job]) -> list[list[PunctEvent] | Exception]:
     if len({id(j.stream) for j in jobs}) != len(jobs):
         raise ValueError("a batch takes at most one job per stream")
     results: list[list[PunctEvent] | Exception | None] = [None] * len(jobs)
-    staged = []
+    prepared = []
     for i, job in enumerate(jobs):
         try:
-            if job.op == "push":
-                job.stream._stage_push(job.words)
-            elif job.op == "revise":
-                job.stream._stage_revise(job.index, job.words)
-            elif job.op in ("tick", "finish"):
-                job.stream._check_open()
-            else:
-                raise InputError(f"unknown operation {job.op!r}")
-            staged.append(i)
+            job.stream.prepare(job.call)
+            prepared.append(i)
         except Exception as e:  # reported to that job's caller only
             results[i] = e
     try:
-        compute_many([w for i in staged for w in jobs[i].stream._open_windows()])
+        compute_many([w for i in prepared for w in jobs[i].stream.pending()])
     except Exception:  # find the stream(s) at fault: each alone
-        for i in list(staged):
+        for i in list(prepared):
             try:
-                compute_many(jobs[i].stream._open_windows())
+                compute_many(jobs[i].stream.pending())
             except Exception as e:
                 results[i] = e
-                staged.remove(i)
-    for i in staged:
-        job = jobs[i]
+                prepared.remove(i)
+    for i in prepared:
         try:
-            results[i] = job.stream.finish() if job.op == "finish" else job.stream._advance(job.now)
+            results[i] = jobs[i].stream.complete(jobs[i].call)
         except Exception as e:
             results[i] = e
     return results  # type: ignore[return-value]
@@ -75,11 +86,19 @@ def run_batch(jobs: Sequence[Job]) -> list[list[PunctEvent] | Exception]:
 class Batcher:
     """The one batching worker behind a server: ``await batcher.push(stream, words)``."""
 
-    def __init__(self, max_batch: int = 64, max_wait_ms: float = 0.0):
-        if max_batch < 1 or max_wait_ms < 0:
-            raise ValueError("max_batch must be >= 1 and max_wait_ms >= 0")
+    def __init__(
+        self,
+        max_batch: int = 64,
+        max_wait_ms: float = 0.0,
+        max_job_words: int = 32,
+        max_batch_words: int = 256,
+    ):
+        if max_batch < 1 or max_wait_ms < 0 or max_job_words < 1 or max_batch_words < 1:
+            raise ValueError("max_batch, max_job_words and max_batch_words must be >= 1, max_wait_ms >= 0")
         self.max_batch = max_batch
         self.max_wait_ms = max_wait_ms
+        self.max_job_words = max_job_words
+        self.max_batch_words = max_batch_words
         self._queue: asyncio.Queue[Job] = asyncio.Queue()
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="streampunct"
@@ -87,22 +106,34 @@ class Batcher:
         self._worker: asyncio.Task[None] | None = None
         self.batches = 0  # statistics: batches run and jobs in them
         self.jobs = 0
+        self.faults = 0  # batches in a row whose every job failed unexpectedly
+        self.last_fault: str | None = None
 
     async def push(
         self, stream: PunctStream, words: Iterable[str | Word], now: float | None = None
     ) -> list[PunctEvent]:
-        return await self._submit(Job(stream, "push", list(words), now=now))
+        words, n, events = list(words), self.max_job_words, []
+        for i in range(0, max(1, len(words)), n):
+            last = i + n >= len(words)
+            events += await self._submit(Job(stream, Push(tuple(words[i : i + n]), now if last else None)))
+        return events
 
     async def revise(
         self, stream: PunctStream, index: int, words: Iterable[str | Word], now: float | None = None
     ) -> list[PunctEvent]:
-        return await self._submit(Job(stream, "revise", list(words), index=index, now=now))
+        words, n = list(words), self.max_job_words
+        events = await self._submit(
+            Job(stream, Revise(index, tuple(words[:n]), now if len(words) <= n else None))
+        )
+        if len(words) > n:
+            events += await self.push(stream, words[n:], now)
+        return events
 
     async def tick(self, stream: PunctStream, now: float) -> list[PunctEvent]:
-        return await self._submit(Job(stream, "tick", now=now))
+        return await self._submit(Job(stream, Tick(now)))
 
     async def finish(self, stream: PunctStream) -> list[PunctEvent]:
-        return await self._submit(Job(stream, "finish"))
+        return await self._submit(Job(stream, Finish()))
 
     async def close(self) -> None:
         """Finish the jobs already queued, then stop the worker."""
@@ -124,24 +155,31 @@ class Batcher:
         await self._queue.put(job)
         return await job.future
 
+    def _fits(self, job: Job, batch: list[Job], streams: set[int], words: int) -> bool:
+        if id(job.stream) in streams or len(batch) >= self.max_batch:
+            return False
+        return not batch or words + job.size <= self.max_batch_words
+
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        held: list[Job] = []  # taken from the queue, waiting for their stream's earlier job
+        held: list[Job] = []  # taken from the queue, waiting for a later batch
         while True:
             if not held:
                 held.append(await self._queue.get())
             batch: list[Job] = []
             streams: set[int] = set()
+            words = 0
             waiting: list[Job] = []
             for job in held:
-                if id(job.stream) in streams or len(batch) >= self.max_batch:
-                    waiting.append(job)
-                else:
+                if self._fits(job, batch, streams, words):
                     batch.append(job)
                     streams.add(id(job.stream))
+                    words += job.size
+                else:
+                    waiting.append(job)
             held = waiting
             deadline = loop.time() + self.max_wait_ms / 1000
-            while len(batch) < self.max_batch:
+            while len(batch) < self.max_batch and words < self.max_batch_words:
                 try:
                     if self._queue.empty() and loop.time() < deadline:
                         job = await asyncio.wait_for(self._queue.get(), deadline - loop.time())
@@ -149,22 +187,33 @@ class Batcher:
                         job = self._queue.get_nowait()
                 except (asyncio.QueueEmpty, asyncio.TimeoutError):
                     break
-                if id(job.stream) in streams:
-                    held.append(job)
-                else:
+                if self._fits(job, batch, streams, words):
                     batch.append(job)
                     streams.add(id(job.stream))
+                    words += job.size
+                else:
+                    held.append(job)
             try:
                 results = await loop.run_in_executor(self._executor, run_batch, batch)
             except Exception as e:  # a fault of the batch itself: every caller hears it
                 results = [e] * len(batch)
-            self.batches += 1
-            self.jobs += len(batch)
-            for job, result in zip(batch, results):
-                assert job.future is not None
-                if not job.future.done():
-                    if isinstance(result, Exception):
-                        job.future.set_exception(result)
-                    else:
-                        job.future.set_result(result)
-                self._queue.task_done()
+            self._deliver(batch, results)
+            del results, batch  # nothing of a finished batch stays referenced here
+
+    def _deliver(self, batch: list[Job], results: Sequence[list[PunctEvent] | Exception]) -> None:
+        self.batches += 1
+        self.jobs += len(batch)
+        unexpected = [r for r in results if isinstance(r, Exception) and not isinstance(r, StreamPunctError)]
+        if unexpected:
+            log.error("batch_job_failed", exc_info=unexpected[0])
+            self.last_fault = f"{type(unexpected[0]).__name__}: {unexpected[0]}"
+        self.faults = self.faults + 1 if len(unexpected) == len(batch) else 0
+        for job, result in zip(batch, results):
+            assert job.future is not None
+            if not job.future.done():
+                if isinstance(result, Exception):
+                    job.future.set_exception(result.with_traceback(None))
+                else:
+                    job.future.set_result(result)
+            job.future = None
+            self._queue.task_done()

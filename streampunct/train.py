@@ -32,10 +32,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .engines import label_tokens
 from .metrics import score
 from .model import ModelConfig, PunctModel
 from .pieces import WordPieces, collate, collate_tags
-from .punctuator import label_tokens, resolve_device
+from .punctuator import resolve_device
 from .text import LABEL_ID, LABELS, normalize_labeled, read_iwslt
 
 __all__ = ["TrainConfig", "train"]

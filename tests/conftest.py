@@ -1,10 +1,21 @@
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
 
 from streampunct import Punctuator
 from streampunct.model import ModelConfig, PunctModel
 from streampunct.pieces import WordPieces
 from streampunct.punctuator import DEFAULT_CHECKPOINT
+
+# Property tests: "ci" by default (the suite's budget); "soak" (--hypothesis-profile=soak) runs the
+# stateful stream tests about an hour on 2 cores.
+settings.register_profile(
+    "ci", max_examples=25, stateful_step_count=30, deadline=None, suppress_health_check=list(HealthCheck)
+)
+settings.register_profile(
+    "soak", max_examples=1000, stateful_step_count=80, deadline=None, suppress_health_check=list(HealthCheck)
+)
+settings.load_profile("ci")
 
 
 @pytest.fixture(scope="session")

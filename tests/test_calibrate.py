@@ -11,10 +11,11 @@ import torch
 from streampunct import CheckpointError, Punctuator
 from streampunct.calibrate import LOOKAHEADS, _micro_f1, choose_window_from, tune_offsets
 from streampunct.cli import main
+from streampunct.engines import token_logits, window_logits
 from streampunct.metrics import score
 from streampunct.model import ModelConfig, PunctModel
 from streampunct.pieces import WordPieces
-from streampunct.punctuator import DEFAULT_CHECKPOINT, token_logits, window_logits
+from streampunct.punctuator import DEFAULT_CHECKPOINT
 from streampunct.stream import Word
 from streampunct.text import LABELS, normalize_text
 
@@ -140,7 +141,7 @@ def test_window_from_is_where_the_window_engine_stays_ahead():
 
 
 def test_auto_follows_the_checkpoints_window_from(tiny):
-    from streampunct.punctuator import resolve_engine
+    from streampunct.engines import resolve_engine
 
     m = copy.deepcopy(tiny.model)
     assert [resolve_engine(m, "auto", k) for k in (0, 1, 2)] == ["masked", "window", "window"]

@@ -1,8 +1,8 @@
 """Caption lines: where they break, how they are cased, and the subtitle files written from them."""
 
 from streampunct.captions import Captioner, to_srt, to_vtt
-from streampunct.stream import PunctEvent, Word
 from streampunct.text import render
+from streampunct.types import PunctEvent, Word
 
 TALK = [
     ("So", "COMMA"),

@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from streampunct import Punctuator
+from streampunct.engines import MaskedEngine, token_logits, window_logits
 from streampunct.errors import CheckpointError, InputError
 from streampunct.model import ModelConfig, PunctModel
 from streampunct.pieces import WordPieces
-from streampunct.punctuator import DEFAULT_CHECKPOINT, token_logits, window_logits
+from streampunct.punctuator import DEFAULT_CHECKPOINT
 from streampunct.scheduler import Job, run_batch
-from streampunct.stream import Lookahead, PunctStream, Word
+from streampunct.stream import Finish, Lookahead, PunctStream, Push, Word
 from streampunct.text import normalize_text
 from tests.test_stream import after_revision, check_events, run_stream, varied_words
 
@@ -97,7 +98,7 @@ def test_a_fused_model_without_tags_is_a_clear_error(fused):
     with pytest.raises(InputError, match="fuses POS tags"):
         token_logits(fused.model, fused.pieces, ["hello", "there"], 2)
     with pytest.raises(InputError, match="fuses POS tags"):
-        PunctStream(fused.model, fused.pieces, Lookahead(2))
+        PunctStream(MaskedEngine(fused.model), fused.pieces, Lookahead(2))
     with pytest.raises(CheckpointError, match="6 POS tags"):
         fused.stream(lookahead=2)  # the tagger has 53 tags: this model cannot take them
 
@@ -138,18 +139,19 @@ def test_a_fused_stream_keeps_fusion_rows_that_match_a_batch(tagged):
     tokens, _ = normalize_text(words)
     tags = tagged.tagger.tag_ids(tokens, 2)
     size = tagged.model.cfg.block
-    block = (s._final_tokens - 1) // size  # the block of the last final token
-    start, window = s._window_start(block), s._windows[block]
+    engine, final_tokens = s._engine, s._final_tokens
+    block = (final_tokens - 1) // size  # the block of the last final token
+    start, window = engine.engine.window_start(block * size), engine.blocks[block]
     ids = tagged.pieces.encode(tokens)
-    assert s._final_tokens - block * size >= 4
-    for t in range(block * size, s._final_tokens):  # final decisions kept their fusion rows
+    assert final_tokens - block * size >= 4
+    for t in range(block * size, final_tokens):  # final decisions kept their fusion rows
         torch.testing.assert_close(
             window.logits(t - start, tags[start : t + 1]),
             window_logits(tagged.model, ids, t, 2, tags=tags),
             atol=1e-5,
             rtol=0,
         )
-    assert window.fusion_keys.shape[2] == s._final_tokens - start
+    assert window.fusion_keys.shape[2] == final_tokens - start
 
 
 def test_a_fused_stream_takes_revisions_and_time_limits(tagged):
@@ -180,6 +182,6 @@ def test_fused_streams_batch_with_plain_ones(tagged, tiny):
     alone = [p.stream(lookahead=k) for p, k in specs]
     batched = [p.stream(lookahead=k) for p, k in specs]
     for start in range(0, 120, 3):
-        jobs = [Job(s, "push", t[start : start + 3]) for s, t in zip(batched, texts)]
+        jobs = [Job(s, Push(tuple(t[start : start + 3]))) for s, t in zip(batched, texts)]
         assert run_batch(jobs) == [s.push(t[start : start + 3]) for s, t in zip(alone, texts)]
-    assert run_batch([Job(s, "finish") for s in batched]) == [s.finish() for s in alone]
+    assert run_batch([Job(s, Finish()) for s in batched]) == [s.finish() for s in alone]

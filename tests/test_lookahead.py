@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from streampunct.punctuator import token_logits
+from streampunct.engines import token_logits
 
 WORDS = (
     "so today i want to talk about something that happened to me last year when i was working "

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from streampunct import LABELS, CheckpointError, InputError, Punctuator
-from streampunct.punctuator import DEFAULT_CHECKPOINT, checkpoint_dir, token_logits
+from streampunct.engines import token_logits
+from streampunct.punctuator import DEFAULT_CHECKPOINT, checkpoint_dir
 
 
 def test_shipped_checkpoint_loads_with_no_argument(shipped):

@@ -4,9 +4,12 @@ import asyncio
 import random
 
 import pytest
+import torch
 
-from streampunct import InputError
+from streampunct import InputError, Punctuator
+from streampunct.model import PunctModel
 from streampunct.scheduler import Batcher, Job, run_batch
+from streampunct.stream import Finish, Push, Revise
 from tests.test_stream import check_events, varied_words
 
 
@@ -27,16 +30,16 @@ def test_run_batch_equals_streams_alone(tiny):
             n = rng.randint(1, 4)
             words = texts[i][pos[i] : pos[i] + n]
             pos[i] += n
-            jobs.append(Job(s_b, "push", words))
+            jobs.append(Job(s_b, Push(tuple(words))))
             expected.append(s_alone.push(words))
         assert run_batch(jobs) == expected
-    assert run_batch([Job(s, "finish") for s in batched]) == [s.finish() for s in alone]
+    assert run_batch([Job(s, Finish()) for s in batched]) == [s.finish() for s in alone]
 
 
 def test_errors_stay_with_their_stream(tiny):
     good, bad = tiny.stream(lookahead=1), tiny.stream(lookahead=1)
     bad.push(["a", "b", "c"])
-    results = run_batch([Job(good, "push", ["hello", "world"]), Job(bad, "revise", ["x"], index=0)])
+    results = run_batch([Job(good, Push(("hello", "world"))), Job(bad, Revise(0, ("x",)))])
     assert isinstance(results[1], InputError)
     assert [e.index for e in results[0] if e.final] == [0]
 
@@ -70,3 +73,69 @@ def test_batcher_serves_concurrent_streams(tiny):
     for words, labels in zip(texts, out):
         assert labels == tiny.predict(words, lookahead=2)
     assert batches < jobs  # jobs of several streams did share passes
+
+
+def broken_copy(p: Punctuator) -> Punctuator:
+    """A model that fails on every real word: its embedding table has ten rows."""
+    model = PunctModel(p.model.cfg).eval()
+    model.tok_emb = torch.nn.Embedding(10, p.model.cfg.n_embd)
+    return Punctuator(model, p.pieces)
+
+
+def test_a_large_message_does_not_hold_up_other_streams(tiny):
+    """One stream pushes 600 words in one call: it runs as jobs of max_job_words, and a
+    neighbour's three words wait at most for the batch in flight."""
+    big = varied_words(600, seed=1)
+
+    async def main():
+        batcher = Batcher(max_job_words=16, max_batch_words=32)
+        hog, neighbour = tiny.stream(lookahead=4), tiny.stream(lookahead=1)
+        hogging = asyncio.create_task(batcher.push(hog, big))
+        await asyncio.sleep(0.01)  # the hog's first job is under way
+        waits = []
+        for _ in range(5):
+            before = batcher.batches
+            await batcher.push(neighbour, ["so", "we", "went"])
+            waits.append(batcher.batches - before)
+        finals: dict[int, str] = {}
+        check_events(await hogging, finals)
+        check_events(await batcher.finish(hog), finals)
+        jobs = batcher.jobs
+        await batcher.close()
+        return waits, [finals[i] for i in range(len(big))], jobs
+
+    waits, labels, jobs = asyncio.run(main())
+    assert max(waits) <= 2, waits
+    assert jobs >= 600 // 16  # the message was split
+    assert labels == tiny.predict(big, lookahead=4)  # as if pushed at once: no time limit here
+
+
+def test_a_failed_job_keeps_nothing_of_the_batch(tiny):
+    """A stream whose computation fails hears it alone; the error it gets holds no frame of the
+    worker (and so none of its tensors), and the batcher counts the fault until a batch works."""
+    broken = broken_copy(tiny)
+
+    async def main():
+        batcher = Batcher()
+        good, bad = tiny.stream(lookahead=1), broken.stream(lookahead=1)
+        results = await asyncio.gather(
+            batcher.push(good, ["hello", "there", "friend"]), batcher.push(bad, ["hello"]), return_exceptions=True
+        )
+        faults = batcher.faults
+        alone = await asyncio.gather(batcher.push(bad, ["again"]), return_exceptions=True)
+        faults_alone = batcher.faults
+        await batcher.push(good, ["more"])
+        after = batcher.faults
+        await batcher.close()
+        return results, alone[0], (faults, faults_alone, after)
+
+    (events, error), error_alone, faults = asyncio.run(main())
+    assert [e.index for e in events if e.final] == [0, 1]
+    assert isinstance(error, IndexError) and isinstance(error_alone, IndexError)
+    frames = []
+    tb = error.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    assert not {"run_batch", "compute_many", "embed"} & set(frames), frames
+    assert faults == (0, 1, 0)  # a batch with a healthy job is no fault of the batcher

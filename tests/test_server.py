@@ -17,7 +17,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from streampunct.punctuator import resolve_engine
+from streampunct.engines import resolve_engine
 
 SCHEMAS = Path(__file__).parent.parent / "docs" / "schema"
 WORDS = "so what did you do last summer we went to the coast and it rained every day did n't it".split()
@@ -292,3 +292,42 @@ def test_client_told_when_server_refuses(server, tmp_path):
         timeout=60,
     )
     assert out.returncode == 2 and "refused the configuration" in out.stderr
+
+
+def test_revisions_after_hundreds_of_words(server, shipped):
+    """Issue 1 of 5: 291 words one per message, then a revision of word 289, killed the stream
+    (the default engine read a window the stream had forgotten). Here every word is followed by a
+    revision of the newest word, which reaches that state wherever it lies."""
+    words = [w.lower().strip(",.?") for w in (WORDS * 20)[:300]]
+    messages: list = []
+    for i, w in enumerate(words):
+        messages += [{"type": "words", "words": [w]}, {"type": "revise", "index": i, "words": [w]}]
+    replies = asyncio.run(talk(server, messages))
+    assert not [r for r in replies if r["type"] == "error"]
+    assert replies[-1] == {"type": "end", "words": len(words)}
+    assert finals(replies) == shipped.predict(words, lookahead=2)
+
+
+def test_health_says_when_the_server_cannot_compute(tiny):
+    """After a batch fails as a whole, /health probes the batcher: 503 "failing" while streams
+    cannot be computed, "ok" again once they can."""
+    from server.app import App
+    from tests.test_scheduler import broken_copy
+
+    p = broken_copy(tiny)
+    app = App(p)
+
+    async def main():
+        replies = [await app.health()]
+        with pytest.raises(IndexError):
+            await app.batcher.push(p.stream(lookahead=1), ["hello"])
+        replies.append(await app.health())
+        p.model.tok_emb = tiny.model.tok_emb  # the machine recovers
+        replies.append(await app.health())
+        await app.batcher.close()
+        return [(r.status_code, json.loads(r.body)) for r in replies]
+
+    (ok, first), (failing, second), (again, third) = asyncio.run(main())
+    assert (ok, first["status"]) == (200, "ok")
+    assert (failing, second["status"]) == (503, "failing") and "IndexError" in second["error"]
+    assert (again, third["status"]) == (200, "ok")

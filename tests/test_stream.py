@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from streampunct import InputError
-from streampunct.punctuator import window_logits
+from streampunct.engines import window_logits
 from streampunct.stream import Lookahead, PunctStream, Word
 from streampunct.text import normalize_text
 
@@ -255,14 +255,13 @@ def test_finished_stream(tiny):
 def test_memory_is_flat(tiny, engine):
     s = tiny.stream(lookahead=2, engine=engine)
     words = varied_words(5000, seed=9)
-    sizes = []
+    held = []
     for i in range(0, len(words), 10):
         s.push(words[i : i + 10])
-        sizes.append((len(s._ids), len(s._words), len(s._windows) + len(s._passes)))
-    late = sizes[len(sizes) // 2 :]
-    assert max(x[0] for x in late) <= 6 * tiny.model.cfg.block
-    assert max(x[1] for x in late) <= 300 + 10
-    assert max(x[2] for x in late) <= 3
+        held.append(s.held())
+    late = held[len(held) // 2 :]
+    assert max(h.tokens for h in late) <= 6 * tiny.model.cfg.block
+    assert max(h.words for h in late) <= 2 * s.FORGET_EVERY + 10
 
 
 @pytest.mark.parametrize(
@@ -295,9 +294,10 @@ def test_stream_logits_match_batch(request, model):
     words = [w.lower().strip(",.?") for w in varied_words(90, seed=5)]
     s = tiny.stream(lookahead=2, engine="masked")
     s.push(words)
-    st = s._windows[max(s._windows)]
-    block = max(s._windows)
-    start = s._window_start(block)
+    blocks = s._engine.blocks
+    block = max(blocks)
+    st = blocks[block]
+    start = s._engine.engine.window_start(block * tiny.model.cfg.block)
     ids = tiny.pieces.encode(words)
     for t in range(start, min(len(ids) - 2, start + 20)):
         torch.testing.assert_close(
@@ -315,8 +315,8 @@ def test_window_engine_passes_match_batch(request, model):
     s = p.stream(lookahead=2, engine="window")
     s.push(words)
     for t in (0, 5, 20, len(ids) - 3):
-        state = s._pass(t, t + 3)
-        start = max(0, t - p.model.cfg.context)
+        state, start = s._engine._pass(t, t + 3)
+        assert start == max(0, t - p.model.cfg.context)
         torch.testing.assert_close(
             state.logits(t - start), window_logits(p.model, ids, t, 2, engine="window"), atol=1e-5, rtol=0
         )

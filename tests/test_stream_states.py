@@ -13,8 +13,9 @@ and without a time limit. After every step:
   the words that had ended by its deadline (the stream's documented rule);
 - what the stream holds stays bounded, however long it runs.
 
-The CI profile (the default) runs enough examples to find a stream that breaks after a few hundred
-words; ``--hypothesis-profile=soak`` runs many more, for about an hour (see docs/testing.md).
+The CI profile (the default, see conftest.py) runs enough examples to find a stream that breaks
+after a few hundred words; ``--hypothesis-profile=soak`` runs many more, for about an hour (see
+docs/testing.md).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -32,17 +33,8 @@ from streampunct import InputError, Punctuator
 from streampunct.model import ModelConfig, PunctModel
 from streampunct.pieces import WordPieces
 from streampunct.punctuator import DEFAULT_CHECKPOINT
-from streampunct.stream import Word
+from streampunct.stream import PunctStream, Word
 from streampunct.text import normalize
-
-settings.register_profile(
-    "ci", max_examples=25, stateful_step_count=30, deadline=None,
-    suppress_health_check=list(HealthCheck), derandomize=False,
-)  # fmt: skip
-settings.register_profile(
-    "soak", max_examples=4000, stateful_step_count=60, deadline=None, suppress_health_check=list(HealthCheck)
-)
-settings.load_profile("ci")
 
 # Recogniser words: casing, glued marks, clitics, numbers, and words that normalise to nothing.
 VOCABULARY = (
@@ -153,7 +145,6 @@ class StreamMachine(RuleBasedStateMachine):
         if now is not None:
             self.clock = max(self.clock, now)
 
-    @precondition(lambda self: not self.finished)
     @rule(data=st.data(), n=st.integers(0, 40), timed=st.booleans(), late=st.sampled_from([None, 0.0, 0.2, 2.0]))
     def push(self, data, n, timed, late):
         words = self._new_words(data, n, timed)
@@ -165,7 +156,6 @@ class StreamMachine(RuleBasedStateMachine):
         self.words += words
         self._run(self.stream.push(words, now=now), self.words)
 
-    @precondition(lambda self: not self.finished)
     @rule(data=st.data(), n=st.integers(0, 6), timed=st.booleans())
     def revise(self, data, n, timed):
         index = data.draw(st.integers(len(self.finals), len(self.words)), "index")
@@ -179,7 +169,7 @@ class StreamMachine(RuleBasedStateMachine):
         self.epochs.append(())
         self._run(self.stream.revise(index, words), self.words)
 
-    @precondition(lambda self: not self.finished and len(self.finals) > 0)
+    @precondition(lambda self: len(self.finals) > 0)
     @rule(data=st.data())
     def revise_a_final_word(self, data):
         index = data.draw(st.integers(0, len(self.finals) - 1), "index")
@@ -187,43 +177,42 @@ class StreamMachine(RuleBasedStateMachine):
             self.stream.revise(index, [Word("no")])
         self._run(self.stream.push([]), self.words)  # the stream goes on as if nothing happened
 
-    @precondition(lambda self: not self.finished)
     @rule(pause=st.sampled_from([0.0, 0.1, 0.5, 1.0, 3.0, 30.0]))
     def tick(self, pause):
         self.time += pause
         self._tick(self.time)
         self._run(self.stream.tick(self.time), self.words)
 
-    @precondition(lambda self: not self.finished)
-    @rule()
     def finish(self):
+        """The end of every run (in teardown, so that runs are long): all words final, and the
+        stream refuses every call after it."""
         self.finished = True
         self._run(self.stream.finish(), self.words)
         assert sorted(self.finals) == list(range(len(self.words))), "every word gets a final label"
-
-    @precondition(lambda self: self.finished)
-    @rule(call=st.sampled_from(["push", "revise", "tick", "finish"]))
-    def use_after_finish(self, call):
         args = {"push": (["more"],), "revise": (len(self.words), ["more"]), "tick": (1e6,), "finish": ()}
-        with pytest.raises(InputError, match="finished"):
-            getattr(self.stream, call)(*args[call])
+        for call in args:
+            with pytest.raises(InputError, match="finished"):
+                getattr(self.stream, call)(*args[call])
 
     # --- what must hold after every step ------------------------------------------------------
 
     @invariant()
     def holds_a_bounded_amount(self):
-        if not hasattr(self, "stream") or not hasattr(self.stream, "held"):
+        if not hasattr(self, "stream"):
             return
         held = self.stream.held()
         open_tokens = sum(tokens_of(w) for w in self.words[len(self.finals) :])
-        limit = open_tokens + 8 * self.p.model.cfg.block + self.p.model.cfg.context
-        assert held.tokens <= limit, (held, open_tokens)
-        assert held.words <= len(self.words) - len(self.finals) + 300, held
+        cfg, every = self.p.model.cfg, PunctStream.FORGET_EVERY
+        assert held.tokens <= open_tokens + max(every, 5 * cfg.block + cfg.context + 1), (held, open_tokens)
+        assert held.words <= len(self.words) - len(self.finals) + every, held
 
     def teardown(self):
         """Every final label against predict() on the words it was decided from: with its full
         lookahead, on the longest text of its epoch (the words after t + k change nothing);
         decided early, on exactly the words it saw."""
+        if not hasattr(self, "stream"):
+            return
+        self.finish()
         by_text: dict[tuple[Word, ...], list[tuple[int, str]]] = {}
         for seen, full, epoch, i, label in self.checks:
             by_text.setdefault(self.epochs[epoch] if full else seen, []).append((i, label))

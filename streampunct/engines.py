@@ -1,0 +1,517 @@
+"""How a token's label is computed from the tokens before it and at most ``k`` after it.
+
+Two engines bound the lookahead, from the same checkpoint:
+
+- :class:`MaskedEngine`: one pass over a block's window under the lookahead mask (CT-Transformer's
+  delay split over the layers, see :mod:`streampunct.model`). A stream computes only each new
+  token's rows (:mod:`streampunct.incremental`): the cheapest per word. It alone fuses POS tags.
+- :class:`WindowEngine`: each token decided by the offline model over its own window, the
+  ``context`` tokens before it and the ``k`` after it; every layer sees the whole window, so the
+  tokens ahead are fully read. A stream runs one such window per token: more work per word, and
+  a higher score (see docs/results.md).
+
+An engine is chosen once (:func:`make_engine`; ``"auto"`` takes the checkpoint's ``window_from``)
+and serves both ways a decision is asked for: :meth:`Engine.logits` labels a whole text at once
+(``Punctuator.predict``), and :meth:`Engine.stream` opens an :class:`EngineStream`, the engine's
+state for one :class:`~streampunct.stream.PunctStream`. Every decision of a stream, final or
+provisional, full lookahead or cut short by a time limit, goes through its ``EngineStream``; the
+stream keeps the commit policy and the words. A stream's tokens live in :class:`Tokens`, which
+refuses to read a token it has forgotten instead of reading a wrong one.
+
+Without time limits the two ways agree: a stream's final labels equal ``logits()``'s, the tests'
+first property (``tests/test_stream.py``, ``tests/test_stream_states.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+import torch
+
+from .errors import InputError
+from .incremental import WindowState
+from .model import PunctModel
+from .pieces import WordPieces, collate, collate_tags, plan_windows
+from .types import ENGINES
+
+if TYPE_CHECKING:
+    from .pos import Tagger
+
+__all__ = [
+    "Engine",
+    "EngineStream",
+    "MaskedEngine",
+    "WindowEngine",
+    "Tokens",
+    "make_engine",
+    "resolve_engine",
+    "token_logits",
+    "label_tokens",
+    "window_logits",
+]
+
+Pieces = tuple[int, ...]
+
+
+class EngineStream(Protocol):
+    """An engine's state for one stream. The stream calls, at each step: :meth:`work` (the model
+    work this step's decisions read, which a batch computes for many streams at once), then
+    :meth:`decide` for each token that becomes final, in order, then :meth:`provisional`, then
+    :meth:`settle`. Between steps it adds tokens (:meth:`append`) and takes back a revised tail
+    (:meth:`truncate`)."""
+
+    held: int  # tokens held
+
+    def append(self, token: str, pieces: Pieces) -> None: ...
+
+    def truncate(self, n: int) -> None:
+        """Forget tokens from ``n`` on (never one final before the stream's last step)."""
+
+    def close(self) -> None:
+        """No more tokens will come."""
+
+    def work(self, first_open: int) -> list[WindowState]:
+        """The windows this step's decisions read; ``first_open`` is the first token not final."""
+
+    def decide(self, t: int, ahead: int) -> int:
+        """The final label of token ``t`` from the tokens before it and ``ahead`` after it."""
+
+    def provisional(self, tokens: Sequence[int], first_open: int) -> list[int]:
+        """Labels of tokens not final yet, as the tokens stand now, for display."""
+
+    def settle(self, keep_from: int) -> None:
+        """The step is over; no decision or revision will reach before token ``keep_from``."""
+
+    def release(self) -> None:
+        """The stream is finished: free everything."""
+
+
+class Engine(Protocol):
+    name: str
+    model: PunctModel
+
+    def logits(
+        self, ids: Sequence[Pieces], lookahead: int | None, tags: Sequence[int] | None = None
+    ) -> torch.Tensor:
+        """(N, n_labels) logits of every token of a text, with the decision offsets; the last
+        ``k`` tokens are decided with the lookahead they have."""
+
+    def window_logits(
+        self, ids: Sequence[Pieces], t: int, ahead: int, base: int = 0, tags: Sequence[int] | None = None
+    ) -> torch.Tensor:
+        """(n_labels,) logits of token ``t`` from its own window, seeing ``ahead`` tokens ahead;
+        ``ids[i]`` (and ``tags[i]``) belong to token ``base + i``."""
+
+    def stream(self, lookahead: int, tagger: Tagger | None = None) -> EngineStream: ...
+
+
+class Tokens:
+    """A stream's tokens (word pieces, and final POS tag ids for a fused model) from ``base`` on.
+
+    Reading a token that was forgotten, or one not there yet, raises: a window is never cut from
+    the wrong place. Forgetting happens in steps of at least ``slack`` tokens.
+    """
+
+    def __init__(self, slack: int):
+        self.pieces: list[Pieces] = []
+        self.tags: list[int] = []  # final tags, a prefix of the tokens
+        self.base = 0
+        self.slack = slack
+
+    @property
+    def end(self) -> int:
+        return self.base + len(self.pieces)
+
+    def _check(self, start: int, end: int) -> None:
+        if not self.base <= start <= end <= self.end:
+            raise IndexError(f"tokens {start}..{end} asked for; this stream holds {self.base}..{self.end}")
+
+    def span(self, start: int, end: int) -> list[Pieces]:
+        self._check(start, end)
+        return self.pieces[start - self.base : end - self.base]
+
+    def tag_span(self, start: int, end: int) -> list[int]:
+        self._check(start, min(end, self.base + len(self.tags)))
+        return self.tags[start - self.base : end - self.base]
+
+    def truncate(self, n: int) -> None:
+        self._check(n, self.end)
+        del self.pieces[n - self.base :], self.tags[n - self.base :]
+
+    def forget(self, before: int) -> None:
+        if before - self.base >= self.slack:
+            drop = min(before, self.end) - self.base
+            del self.pieces[:drop], self.tags[:drop]
+            self.base += drop
+
+
+def _check_tags(model: PunctModel, tags: Sequence[int] | None, n: int) -> None:
+    if model.cfg.n_tags and (tags is None or len(tags) != n):
+        got = "none" if tags is None else len(tags)
+        raise InputError(
+            f"this checkpoint fuses POS tags: give one tag id per token ({n} tokens, {got} tags)"
+        )
+
+
+@torch.no_grad()
+def _forward(
+    model: PunctModel,
+    windows: Sequence[Sequence[Pieces]],
+    mask: int | None,
+    tags: Sequence[Sequence[int]] | None = None,
+) -> torch.Tensor:
+    """(B, T, n_labels) CPU logits of windows of tokens, without decision offsets; ``mask``: the
+    lookahead mask, None: every token sees every token of its window."""
+    device = next(model.parameters()).device
+    input_ids, word_pos, word_ends = (x.to(device) for x in collate(windows, model.cfg))
+    fused = collate_tags(tags).to(device) if tags is not None else None
+    return model(input_ids, word_pos, word_ends, mask, fused).float().cpu()
+
+
+class _Engine:
+    """What both engines share: deciding one token from its own window."""
+
+    name: str
+    model: PunctModel
+
+    def window_start(self, t: int) -> int:
+        raise NotImplementedError
+
+    def mask(self, ahead: int) -> int | None:
+        """The lookahead mask of a window seeing ``ahead`` tokens ahead (None: all see all)."""
+        raise NotImplementedError
+
+    def window_logits(
+        self, ids: Sequence[Pieces], t: int, ahead: int, base: int = 0, tags: Sequence[int] | None = None
+    ) -> torch.Tensor:
+        start, end = self.window_start(t), t + ahead + 1
+        if not (base <= start and end <= base + len(ids)):
+            raise IndexError(f"tokens {start}..{end} asked for; given {base}..{base + len(ids)}")
+        tag_rows = None
+        if self.model.cfg.n_tags:
+            _check_tags(self.model, tags, len(ids))
+            tag_rows = [tags[start - base : end - base]]  # type: ignore[index]
+        logits = _forward(self.model, [ids[start - base : end - base]], self.mask(ahead), tag_rows)[
+            0, t - start
+        ]
+        return self.model.biased(logits, ahead, self.name)
+
+
+# --- the masked engine ----------------------------------------------------------------------
+
+
+class MaskedEngine(_Engine):
+    """Blocks of tokens under the lookahead mask: token ``t`` is decided in its block's window,
+    from ``context`` tokens before the block to ``k`` after ``t``."""
+
+    name = "masked"
+
+    def __init__(self, model: PunctModel):
+        self.model = model
+
+    def window_start(self, t: int) -> int:
+        cfg = self.model.cfg
+        return max(0, (t // cfg.block) * cfg.block - cfg.context)
+
+    def mask(self, ahead: int) -> int | None:
+        return ahead
+
+    def logits(
+        self,
+        ids: Sequence[Pieces],
+        lookahead: int | None,
+        tags: Sequence[int] | None = None,
+        batch_size: int = 32,
+    ) -> torch.Tensor:
+        cfg, n = self.model.cfg, len(ids)
+        if not n:
+            return torch.zeros(0, cfg.n_labels)
+        _check_tags(self.model, tags, n)
+        windows = plan_windows(n, cfg, lookahead)
+        out: list[torch.Tensor] = []
+        for i in range(0, len(windows), batch_size):
+            chunk = windows[i : i + batch_size]
+            tag_rows = [tags[w.start : w.end] for w in chunk] if cfg.n_tags else None  # type: ignore[index]
+            logits = self.model.biased(
+                _forward(self.model, [ids[w.start : w.end] for w in chunk], lookahead, tag_rows), lookahead
+            )
+            out.extend(logits[b, w.first - w.start : w.stop - w.start] for b, w in enumerate(chunk))
+        result = torch.cat(out)
+        for t in range(max(0, n - (lookahead or 0)), n):  # fewer than k tokens after them
+            result[t] = self.window_logits(ids, t, n - 1 - t, tags=tags)
+        return result
+
+    def stream(self, lookahead: int, tagger: Tagger | None = None) -> MaskedStream:
+        return MaskedStream(self, lookahead, tagger)
+
+
+class MaskedStream:
+    """The masked engine's state for one stream: an incremental window per block
+    (:class:`~streampunct.incremental.WindowState`), and for a fused model its tag stream."""
+
+    def __init__(self, engine: MaskedEngine, lookahead: int, tagger: Tagger | None):
+        model = engine.model
+        if model.cfg.n_tags and tagger is None:
+            raise InputError("this checkpoint fuses POS tags: stream it with a tagger (Punctuator.stream())")
+        self.engine, self.model, self.k = engine, model, lookahead
+        self.tokens = Tokens(slack=4 * model.cfg.block)
+        self.blocks: dict[int, WindowState] = {}
+        # A POS-fused model: tags made as tokens arrive, under the same lookahead
+        self.tag_stream = tagger.stream(lookahead) if model.cfg.n_tags and tagger else None
+
+    @property
+    def held(self) -> int:
+        return len(self.tokens.pieces)
+
+    def _add_tags(self, tags: Sequence[str]) -> None:
+        self.tokens.tags += self._tag_ids(tags)
+
+    def _tag_ids(self, tags: Sequence[str]) -> list[int]:
+        return [self.tag_stream.tagger.index[tag] for tag in tags]  # type: ignore[union-attr]
+
+    def append(self, token: str, pieces: Pieces) -> None:
+        t = self.tokens.end
+        self.tokens.pieces.append(pieces)
+        if self.tag_stream is not None:
+            self._add_tags([tag for _, tag in self.tag_stream.push(token)])
+        cfg = self.model.cfg
+        # The block windows the token belongs to: blocks b with start(b) <= t <= b's last + k
+        first = max(0, -((t - cfg.block - self.k + 1) // -cfg.block))  # ceil
+        for b in range(first, (t + cfg.context) // cfg.block + 1):
+            if b not in self.blocks:
+                if self.engine.window_start(b * cfg.block) != t:
+                    continue  # that window was closed, or opens with a later token
+                self.blocks[b] = WindowState(self.model, self.k)
+            self.blocks[b].append(pieces)
+
+    def truncate(self, n: int) -> None:
+        self.tokens.truncate(n)
+        if self.tag_stream is not None:
+            self.tag_stream.truncate(n)
+        for b in list(self.blocks):
+            start = self.engine.window_start(b * self.model.cfg.block)
+            if start >= n:
+                del self.blocks[b]
+            else:
+                self.blocks[b].truncate(n - start)
+
+    def close(self) -> None:
+        if self.tag_stream is not None:
+            self._add_tags([tag for _, tag in self.tag_stream.finish()])
+
+    def work(self, first_open: int) -> list[WindowState]:
+        return list(self.blocks.values())
+
+    def decide(self, t: int, ahead: int) -> int:
+        start = self.engine.window_start(t)
+        if ahead == self.k:  # the full lookahead: the block's incremental window has it
+            tags = self.tokens.tag_span(start, t + 1) if self.tag_stream else None
+            return int(self.blocks[t // self.model.cfg.block].logits(t - start, tags, final=True).argmax())
+        tags = None
+        if self.tag_stream is not None:  # tags not final yet: as if the text ended at t + ahead
+            tags = self.tokens.tags + self._tag_ids(self.tag_stream.peek(t + ahead + 1))
+            tags = tags[start - self.tokens.base : t + ahead + 1 - self.tokens.base]
+        ids = self.tokens.span(start, t + ahead + 1)
+        return int(self.engine.window_logits(ids, t, ahead, base=start, tags=tags).argmax())
+
+    def provisional(self, tokens: Sequence[int], first_open: int) -> list[int]:
+        tags = None
+        if self.tag_stream is not None:  # final tags, then the tagger's current view of the rest
+            tags = self.tokens.tags + self._tag_ids(self.tag_stream.provisional())
+        labels = []
+        for t in tokens:
+            start = self.engine.window_start(t)
+            window_tags = tags[start - self.tokens.base : t + 1 - self.tokens.base] if tags else None
+            labels.append(int(self.blocks[t // self.model.cfg.block].logits(t - start, window_tags).argmax()))
+        return labels
+
+    def settle(self, keep_from: int) -> None:
+        block = keep_from // self.model.cfg.block
+        for b in [b for b in self.blocks if b < block]:
+            del self.blocks[b]
+        self.tokens.forget(self.engine.window_start(keep_from))
+
+    def release(self) -> None:
+        self.blocks.clear()
+
+
+# --- the window engine ----------------------------------------------------------------------
+
+
+class WindowEngine(_Engine):
+    """The offline model over each token's own window: tokens ``t - context`` to ``t + k``."""
+
+    name = "window"
+
+    def __init__(self, model: PunctModel):
+        if model.cfg.n_tags:
+            raise InputError(
+                "the window engine does not fuse POS tags: use engine='masked' with this checkpoint"
+            )
+        self.model = model
+
+    def window_start(self, t: int) -> int:
+        return max(0, t - self.model.cfg.context)
+
+    def mask(self, ahead: int) -> int | None:
+        return None
+
+    def logits(
+        self,
+        ids: Sequence[Pieces],
+        lookahead: int | None,
+        tags: Sequence[int] | None = None,
+        batch_size: int = 64,
+    ) -> torch.Tensor:
+        if lookahead is None:
+            raise InputError("the window engine bounds a lookahead; offline is the masked engine's")
+        n = len(ids)
+        out = []
+        for first in range(0, n, batch_size):
+            ts = range(first, min(n, first + batch_size))
+            spans = [(self.window_start(t), min(n, t + lookahead + 1)) for t in ts]
+            logits = _forward(self.model, [ids[s:e] for s, e in spans], None)
+            rows = logits[torch.arange(len(spans)), torch.tensor([t - s for t, (s, _) in zip(ts, spans)])]
+            ahead = torch.tensor([e - 1 - t for t, (_, e) in zip(ts, spans)])  # fewer at the end
+            for j in ahead.unique().tolist():
+                rows[ahead == j] = self.model.biased(rows[ahead == j], j, self.name)
+            out.append(rows)
+        return torch.cat(out) if out else torch.zeros(0, self.model.cfg.n_labels)
+
+    def stream(self, lookahead: int, tagger: Tagger | None = None) -> WindowStream:
+        return WindowStream(self, lookahead)
+
+
+class WindowStream:
+    """The window engine's state for one stream: each step, one pass per token that has its
+    full lookahead, and one over the newest tokens whose rows give the provisional labels. The
+    passes are :class:`~streampunct.incremental.WindowState` without a mask, so that many
+    streams' passes batch together."""
+
+    def __init__(self, engine: WindowEngine, lookahead: int):
+        self.engine, self.model, self.k = engine, engine.model, lookahead
+        self.tokens = Tokens(slack=4 * self.model.cfg.block)
+        self.passes: dict[tuple[int, int], WindowState] = {}  # this step's, by tokens (start, end)
+
+    @property
+    def held(self) -> int:
+        return len(self.tokens.pieces)
+
+    def append(self, token: str, pieces: Pieces) -> None:
+        self.tokens.pieces.append(pieces)
+
+    def truncate(self, n: int) -> None:
+        self.tokens.truncate(n)
+        self.passes.clear()
+
+    def close(self) -> None:
+        pass
+
+    def _pass(self, t: int, end: int) -> tuple[WindowState, int]:
+        """The pass that decides token ``t`` from the tokens before ``end``, and its first token."""
+        start = self.engine.window_start(t)
+        state = self.passes.get((start, end))
+        if state is None:
+            state = self.passes[start, end] = WindowState(self.model, None)
+            for pieces in self.tokens.span(start, end):
+                state.append(pieces)
+        return state, start
+
+    def _tail(self, first_open: int) -> int:
+        """The token whose pass gives the provisional labels: the newest one with its full
+        lookahead (decided this step, so the pass is shared), or the last final one."""
+        return max(0, first_open - 1, self.tokens.end - 1 - self.k)
+
+    def work(self, first_open: int) -> list[WindowState]:
+        n = self.tokens.end
+        for t in range(first_open, n - self.k):
+            self._pass(t, t + self.k + 1)
+        if n:
+            self._pass(self._tail(first_open), n)
+        return list(self.passes.values())
+
+    def decide(self, t: int, ahead: int) -> int:
+        state, start = self._pass(t, t + ahead + 1)
+        return int(state.logits(t - start).argmax())
+
+    def provisional(self, tokens: Sequence[int], first_open: int) -> list[int]:
+        if not tokens:
+            return []
+        state, start = self._pass(self._tail(first_open), self.tokens.end)
+        return [int(state.logits(t - start).argmax()) for t in tokens]
+
+    def settle(self, keep_from: int) -> None:
+        self.passes.clear()
+        self.tokens.forget(max(0, keep_from - 1 - self.model.cfg.context))
+
+    def release(self) -> None:
+        self.passes.clear()
+
+
+# --- choosing an engine, and the functions of a whole text -----------------------------------
+
+_ENGINES: dict[str, type[MaskedEngine] | type[WindowEngine]] = {
+    "masked": MaskedEngine,
+    "window": WindowEngine,
+}
+
+
+def resolve_engine(model: PunctModel, engine: str, lookahead: int | None) -> str:
+    """``"masked"`` or ``"window"``: the engine that decides at ``lookahead`` (offline: masked,
+    whose offline mode is the same whole-context model; ``"auto"``: the window engine from the
+    checkpoint's ``window_from`` on, except for a POS-fused checkpoint)."""
+    if engine not in ENGINES:
+        raise InputError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "window" and model.cfg.n_tags:
+        raise InputError("the window engine does not fuse POS tags: use engine='masked' with this checkpoint")
+    if lookahead is None or engine == "masked":
+        return "masked"
+    if engine == "auto" and (lookahead < model.cfg.window_from or model.cfg.n_tags):
+        return "masked"
+    return "window"
+
+
+def make_engine(model: PunctModel, engine: str = "auto", lookahead: int | None = None) -> Engine:
+    """The engine named (``"auto"``, ``"masked"`` or ``"window"``) for decisions at ``lookahead``."""
+    return _ENGINES[resolve_engine(model, engine, lookahead)](model)
+
+
+def token_logits(
+    model: PunctModel,
+    pieces: WordPieces,
+    tokens: Sequence[str],
+    lookahead: int | None,
+    tags: Sequence[int] | None = None,
+    engine: str = "masked",
+) -> torch.Tensor:
+    """(N, n_labels) logits of normalised tokens under ``engine`` (with the decision offsets)."""
+    if not tokens:
+        return torch.zeros(0, model.cfg.n_labels)
+    return make_engine(model, engine, lookahead).logits(pieces.encode(tokens), lookahead, tags)
+
+
+def label_tokens(
+    model: PunctModel,
+    pieces: WordPieces,
+    tokens: Sequence[str],
+    lookahead: int | None,
+    tags: Sequence[int] | None = None,
+    engine: str = "masked",
+) -> list[int]:
+    """The best label id for each normalised token."""
+    return token_logits(model, pieces, tokens, lookahead, tags, engine).argmax(-1).tolist()
+
+
+def window_logits(
+    model: PunctModel,
+    ids: Sequence[Pieces],
+    t: int,
+    lookahead: int,
+    base: int = 0,
+    tags: Sequence[int] | None = None,
+    engine: str = "masked",
+) -> torch.Tensor:
+    """(n_labels,) logits of token ``t`` from its own window under ``engine``, seeing
+    ``lookahead`` tokens ahead: what a stream decides for it."""
+    return make_engine(model, engine, lookahead).window_logits(ids, t, lookahead, base, tags)

@@ -1,0 +1,94 @@
+"""The soak, short: benchmarks/soak.py's own code against a real `streampunct serve`, on text made
+here (no shared data): three /v1/punct streams of three simulated minutes each with a recogniser's
+habits (bursts, pauses with ticks, revisions of the tail, late revisions that must be refused), and
+espeak-ng reading that text through /v1/asr. No session may fail, and every word gets exactly one
+final decision. The hour-long run is `python benchmarks/soak.py` (docs/soak.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shutil
+
+import pytest
+
+from benchmarks.soak import make_speech, passed, soak, start_server, table
+
+SUBJECTS = "i we you they people my friend the teacher our city this idea".split()
+VERBS = "think know see want made found said built tried loved asked".split()
+OBJECTS = (
+    "the answer a problem the water this machine the music a small house every child the light the "
+    "story our future a new school the ocean"
+).split(" ")
+LINKS = "and but so because then when if".split()
+
+
+def make_text(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    """``n`` words of simple sentences, tokenised and labelled as in IWSLT (``word<TAB>LABEL``):
+    commas, periods, questions, clitics ("do n't", "it 's") and a few "--" that carry no token."""
+    rng = random.Random(seed)
+    words: list[str] = []
+    labels: list[str] = []
+
+    def say(tokens: list[str], end: str) -> None:
+        words.extend(tokens)
+        labels.extend(["O"] * (len(tokens) - 1) + [end])
+
+    while len(words) < n:
+        if rng.random() < 0.2:
+            say(["do", "you", "think", *rng.choice(OBJECTS).split(), "is", "real"], "QUESTION")
+            continue
+        clause = [rng.choice(SUBJECTS), *rng.choice(["do n't", "did", "really"]).split()][: rng.randint(1, 3)]
+        say(
+            [*clause, rng.choice(VERBS), *rng.choice(OBJECTS).split()], "COMMA" if rng.random() < 0.4 else "O"
+        )
+        if rng.random() < 0.05:
+            say(["--"], "O")
+        say([rng.choice(LINKS), "it", "'s", *rng.choice(OBJECTS).split()], "PERIOD")
+    return words[:n], labels[:n]
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = start_server("--device", "cpu", env={"OMP_NUM_THREADS": "1"})
+    yield srv
+    srv.stop()
+
+
+def test_make_text_is_iwslt_like():
+    words, labels = make_text(500)
+    assert len(words) == len(labels) == 500
+    assert {"O", "COMMA", "PERIOD", "QUESTION"} == set(labels)
+    assert "n't" in words and "'s" in words
+
+
+def test_punct_soak(server):
+    words, _ = make_text(4000)
+    figures = asyncio.run(soak(server, words, streams=3, punct_minutes=3, sample_s=0.5, progress_s=600))
+    print(table(figures))
+    total = figures["total"]
+    assert passed(figures), figures["failures"]
+    assert total["failed"] == 0 and total["words_without_one_final"] == 0
+    assert total["speech_minutes"] >= 3 * 3
+    assert total["words"] > 3 * 3 * 60 * 2  # about 3 words a second of simulated speech, with pauses
+    assert total["revisions"] > 0 and total["ticks"] > 0 and total["late_revisions_refused"] > 0
+    assert total["other_errors"] == 0
+    assert len(figures["streams"]) == 4  # three streams and the warm-up
+    assert figures["memory"]["end_mb"] > 0
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
+def test_asr_soak(server, tmp_path):
+    from clients.file import load_audio
+
+    words, labels = make_text(400, seed=1)
+    wav, _ = make_speech(words, labels, minutes=0.35, cache=tmp_path, piece_words=30)
+    audio = load_audio(str(wav))
+    assert 20 < len(audio) / 16000 < 45
+    figures = asyncio.run(soak(server, words, streams=0, audio=audio, sample_s=0.5, warm_up=False))
+    print(table(figures))
+    asr = figures["streams"]["asr"]
+    assert passed(figures), figures["failures"]
+    assert asr["sessions"] == 1 and asr["failed"] == 0
+    assert asr["words"] > 30 and asr["words_one_final"] == asr["words"]
+    assert asr["captions"] > 0
