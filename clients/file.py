@@ -92,6 +92,13 @@ async def stream_file(
                     on_caption(c, latency)
             elif msg["type"] == "error":
                 print(f"server: {msg['code']}: {msg['message']}", file=sys.stderr, flush=True)
+            elif msg["type"] == "lag":
+                print(
+                    f"server: recognition fell behind; skipped {msg['skipped_s']:.1f} s of audio "
+                    f"({msg['start']:.1f} to {msg['end']:.1f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
             elif msg["type"] == "end":
                 result.end = msg
 

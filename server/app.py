@@ -393,7 +393,8 @@ class AsrSession(Session):
         except Exception:
             log.exception("recognition_failed", extra={"fields": {"session": self.id}})
             try:
-                await self.send(P.error("internal", "speech recognition failed on this stream; it is closed"))
+                message = "speech recognition failed on this stream; it is closed"
+                await self.send(P.error("internal", message, self.stream.n_final))
                 await self.connection.close(1011, "internal error")
             except ConnectionClosed:
                 pass

@@ -10,10 +10,15 @@ from .errors import (
 )
 from .metrics import Report, score
 from .punctuator import Punctuator
+from .stream import PunctStream
 from .text import LABELS, normalize, read_iwslt, render
+from .types import PunctEvent, Word
 
 __all__ = [
     "Punctuator",
+    "PunctStream",
+    "Word",
+    "PunctEvent",
     "LABELS",
     "normalize",
     "render",

@@ -6,6 +6,9 @@ def test_public_names():
     assert sorted(streampunct.__all__) == sorted(
         [
             "Punctuator",
+            "PunctStream",
+            "Word",
+            "PunctEvent",
             "LABELS",
             "normalize",
             "render",

@@ -352,12 +352,12 @@ def test_a_revision_after_old_words_are_forgotten(shipped, engine):
     assert sorted(finals) == list(range(len(words)))
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 2])  # the two patterns of three that failed
 def test_a_recogniser_pattern_of_bursts_and_pauses(shipped, seed):
     """Issue 1 of 5: words in batches of 0 to 8, 0.3 s apart, now and then a pause of 0.5 to 3 s,
     the clock a little past the last word: the default engine failed within 600 words."""
     rng = random.Random(seed)
-    words = varied_words(700, seed=seed)
+    words = varied_words(600, seed=seed)
     s = shipped.stream(lookahead=2, max_delay_ms=1500)
     finals: dict[int, str] = {}
     clock, i = 0.0, 0
