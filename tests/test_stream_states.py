@@ -30,11 +30,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from streampunct import InputError, Punctuator
+from streampunct.engines import make_engine
 from streampunct.model import ModelConfig, PunctModel
 from streampunct.pieces import WordPieces
 from streampunct.punctuator import DEFAULT_CHECKPOINT
 from streampunct.stream import PunctStream, Word
-from streampunct.text import normalize
+from streampunct.text import LABELS, normalize, normalize_text
 
 # Recogniser words: casing, glued marks, clitics, numbers, and words that normalise to nothing.
 VOCABULARY = (
@@ -207,23 +208,36 @@ class StreamMachine(RuleBasedStateMachine):
         assert held.words <= len(self.words) - len(self.finals) + every, held
 
     def teardown(self):
-        """Every final label against predict() on the words it was decided from: with its full
-        lookahead, on the longest text of its epoch (the words after t + k change nothing);
-        decided early, on exactly the words it saw."""
+        """Every final label against a fresh computation on the words it was decided from: with
+        its full lookahead, ``predict()`` on the longest text of its epoch (the words after t + k
+        change nothing); decided early, by a time limit or at the finish, the word's own window
+        over exactly the words it saw, which is what ``predict()`` on those words computes for
+        it (their last words are decided with the lookahead they have)."""
         if not hasattr(self, "stream"):
             return
         self.finish()
         by_text: dict[tuple[Word, ...], list[tuple[int, str]]] = {}
         for seen, full, epoch, i, label in self.checks:
-            by_text.setdefault(self.epochs[epoch] if full else seen, []).append((i, label))
+            if full or self.p.model.cfg.n_tags:  # a fused model's early decisions: the finish's
+                by_text.setdefault(self.epochs[epoch] if full else seen, []).append((i, label))
+            else:
+                assert label == self._decided_early(seen, i), f"word {i} of {len(seen)}, decided early"
         for text, decided in by_text.items():
             expected = self.p.predict([w.text for w in text], lookahead=self.k, engine=self.engine)
             for i, label in decided:
                 assert label == expected[i], f"word {i} of {len(text)}: {label}; predict() says {expected[i]}"
 
+    def _decided_early(self, seen: tuple[Word, ...], i: int) -> str:
+        tokens, source = normalize_text([w.text for w in seen])
+        mine = [t for t, word in enumerate(source) if word == i]
+        if not mine:
+            return "O"  # a word without tokens ("--")
+        t = mine[-1]
+        engine = make_engine(self.p.model, self.engine, self.k)
+        return LABELS[int(engine.window_logits(self.p.pieces.encode(tokens), t, len(tokens) - 1 - t).argmax())]
 
-class TestTinyStream(StreamMachine.TestCase):
-    settings = settings(settings.default, max_examples=settings.default.max_examples * 2)
+
+TestTinyStream = StreamMachine.TestCase
 
 
 class ShippedStream(StreamMachine):
@@ -234,7 +248,7 @@ class ShippedStream(StreamMachine):
 
 
 TestShippedStream = ShippedStream.TestCase
-TestShippedStream.settings = settings(settings.default, max_examples=6, stateful_step_count=25)
+TestShippedStream.settings = settings(settings.default, max_examples=5, stateful_step_count=25)
 
 
 @functools.cache
