@@ -136,10 +136,6 @@ class PunctStream:
         """Words ``0 .. n_final - 1`` are final."""
         return self._final_words
 
-    @property
-    def finished(self) -> bool:
-        return self._finished
-
     def push(self, words: Iterable[str | Word], now: float | None = None) -> list[PunctEvent]:
         """Add words; ``now`` (s) is the recogniser's clock, if it is ahead of the words' ends."""
         return self.run(Push(tuple(words), now))
