@@ -44,6 +44,7 @@ class Captioner:
         self._first = 0
         self._previous: str | None = None
         self._sentence_start = True
+        self._names: set[str] = set()  # words the recogniser capitalised mid-sentence (names)
 
     def add_words(self, first_index: int, words: Sequence[Word]) -> None:
         """Word times, by stream index (from the recogniser)."""
@@ -88,7 +89,7 @@ class Captioner:
     def _close(self) -> Caption:
         raw = [w.text for w, _ in self._line]
         labels = [label for _, label in self._line]
-        text = caption_text(raw, labels, self._previous, self._sentence_start)
+        text = caption_text(raw, labels, self._previous, self._sentence_start, self._names)
         caption = Caption(
             text, self._line[0][0].start, self._line[-1][0].end, self._first, self._first + len(raw) - 1
         )

@@ -196,6 +196,34 @@ def cmd_train_tagger(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prepare_conversation(args: argparse.Namespace) -> int:
+    from .conversation import prepare
+
+    sizes = prepare(args.out, args.ted, args.ted_words, args.seed)
+    print(json.dumps(sizes, indent=2))
+    return 0
+
+
+def cmd_train_pauses(args: argparse.Namespace) -> int:
+    from .pause_train import PauseTrainConfig, train_pauses
+
+    for path in args.train:
+        if not Path(path).is_file():
+            raise DataFormatError("no such file", path)
+    cfg = PauseTrainConfig(
+        model=str(checkpoint_path(args.model)), train=tuple(args.train), out=args.out, segments=args.segments
+    )
+    train_pauses(cfg)
+    print(f"checkpoint with pause fusion: {args.out}")
+    return 0
+
+
+def checkpoint_path(model: str | None) -> Path:
+    from .punctuator import checkpoint_dir
+
+    return checkpoint_dir(model)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="streampunct", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -333,6 +361,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--device", default="auto")
     p.set_defaults(run=cmd_train)
+
+    p = sub.add_parser(
+        "prepare-conversation",
+        help="download the chit-chat corpus (PyPI) and write conversational train/dev/test sets",
+    )
+    p.add_argument("--out", required=True, help="folder for chat_{train,dev,test}.tsv (keep it out of git)")
+    p.add_argument(
+        "--ted", default=_data_default("ted", "ted_train.tsv"), help="TED corpus to make speech-like"
+    )
+    p.add_argument(
+        "--ted-words", type=int, default=1_000_000, help="words of TED (from its end) made speech-like"
+    )
+    p.add_argument("--seed", type=int, default=1)
+    p.set_defaults(run=cmd_prepare_conversation)
+
+    p = sub.add_parser("train-pauses", help="add pause fusion (word times as evidence) to a checkpoint")
+    p.add_argument("--model", help="checkpoint folder or shipped name (default: default)")
+    p.add_argument("--train", nargs="+", required=True, help="word<TAB>LABEL files the segments come from")
+    p.add_argument("--out", required=True, help="folder for the checkpoint with pause fusion")
+    p.add_argument("--segments", type=int, default=240)
+    p.set_defaults(run=cmd_train_pauses)
 
     for name, (_, _, help_text) in EXTERNAL.items():
         sub.add_parser(name, help=help_text, add_help=False)

@@ -74,11 +74,13 @@ class EngineStream(Protocol):
     def work(self, first_open: int) -> list[WindowState]:
         """The windows this step's decisions read; ``first_open`` is the first token not final."""
 
-    def decide(self, t: int, ahead: int) -> int:
-        """The final label of token ``t`` from the tokens before it and ``ahead`` after it."""
+    def decide(self, t: int, ahead: int) -> torch.Tensor:
+        """The (n_labels,) logits, decision offsets added, of token ``t``'s final decision from
+        the tokens before it and ``ahead`` after it (the stream adds its pause evidence and takes
+        the argmax)."""
 
-    def provisional(self, tokens: Sequence[int], first_open: int) -> list[int]:
-        """Labels of tokens not final yet, as the tokens stand now, for display."""
+    def provisional(self, tokens: Sequence[int], first_open: int) -> list[torch.Tensor]:
+        """Logits of tokens not final yet, as the tokens stand now, for display."""
 
     def settle(self, keep_from: int) -> None:
         """The step is over; no decision or revision will reach before token ``keep_from``."""
@@ -303,19 +305,19 @@ class MaskedStream:
     def work(self, first_open: int) -> list[WindowState]:
         return list(self.blocks.values())
 
-    def decide(self, t: int, ahead: int) -> int:
+    def decide(self, t: int, ahead: int) -> torch.Tensor:
         start = self.engine.window_start(t)
         if ahead == self.k:  # the full lookahead: the block's incremental window has it
             tags = self.tokens.tag_span(start, t + 1) if self.tag_stream else None
-            return int(self.blocks[t // self.model.cfg.block].logits(t - start, tags, final=True).argmax())
+            return self.blocks[t // self.model.cfg.block].logits(t - start, tags, final=True)
         tags = None
         if self.tag_stream is not None:  # tags not final yet: as if the text ended at t + ahead
             tags = self.tokens.tags + self._tag_ids(self.tag_stream.peek(t + ahead + 1))
             tags = tags[start - self.tokens.base : t + ahead + 1 - self.tokens.base]
         ids = self.tokens.span(start, t + ahead + 1)
-        return int(self.engine.window_logits(ids, t, ahead, base=start, tags=tags).argmax())
+        return self.engine.window_logits(ids, t, ahead, base=start, tags=tags)
 
-    def provisional(self, tokens: Sequence[int], first_open: int) -> list[int]:
+    def provisional(self, tokens: Sequence[int], first_open: int) -> list[torch.Tensor]:
         tags = None
         if self.tag_stream is not None:  # final tags, then the tagger's current view of the rest
             tags = self.tokens.tags + self._tag_ids(self.tag_stream.provisional())
@@ -323,7 +325,7 @@ class MaskedStream:
         for t in tokens:
             start = self.engine.window_start(t)
             window_tags = tags[start - self.tokens.base : t + 1 - self.tokens.base] if tags else None
-            labels.append(int(self.blocks[t // self.model.cfg.block].logits(t - start, window_tags).argmax()))
+            labels.append(self.blocks[t // self.model.cfg.block].logits(t - start, window_tags))
         return labels
 
     def settle(self, keep_from: int) -> None:
@@ -431,15 +433,15 @@ class WindowStream:
             self._pass(self._tail(first_open), n)
         return list(self.passes.values())
 
-    def decide(self, t: int, ahead: int) -> int:
+    def decide(self, t: int, ahead: int) -> torch.Tensor:
         state, start = self._pass(t, t + ahead + 1)
-        return int(state.logits(t - start).argmax())
+        return state.logits(t - start)
 
-    def provisional(self, tokens: Sequence[int], first_open: int) -> list[int]:
+    def provisional(self, tokens: Sequence[int], first_open: int) -> list[torch.Tensor]:
         if not tokens:
             return []
         state, start = self._pass(self._tail(first_open), self.tokens.end)
-        return [int(state.logits(t - start).argmax()) for t in tokens]
+        return [state.logits(t - start) for t in tokens]
 
     def settle(self, keep_from: int) -> None:
         self.passes.clear()

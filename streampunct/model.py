@@ -29,6 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .errors import CheckpointError
+from .prosody import PauseFusion
 
 __all__ = ["ModelConfig", "PunctModel", "layer_lookaheads", "window_limit"]
 
@@ -77,6 +78,9 @@ class ModelConfig:
     # engine="auto" takes the window engine from this lookahead on, the masked one below it:
     # calibrate sets it where the window engine starts to score higher on dev data.
     window_from: int = 1
+    # Pauses as evidence (streampunct.prosody): the width of the small network that corrects a
+    # decision's logits from its word times. 0: none, the text alone decides.
+    pause_hidden: int = 0
 
     @classmethod
     def read(cls, directory: str | Path) -> ModelConfig:
@@ -242,7 +246,19 @@ class PunctModel(nn.Module):
             self.tag_emb = nn.Embedding(cfg.n_tags, cfg.pos_dim)
             self.fusion = Layer(replace(cfg, n_embd=width, n_head=cfg.fusion_heads, n_inner=2 * width))
         self.head = Linear(width, cfg.n_labels)
+        self.pause_fusion = PauseFusion(cfg.n_labels, cfg.pause_hidden) if cfg.pause_hidden else None
         self.set_label_bias(cfg.label_bias, cfg.window_bias)
+
+    def with_pauses(
+        self, logits: torch.Tensor, features: Sequence[float] | None, ahead: int | None
+    ) -> torch.Tensor:
+        """A decision's logits corrected by its pause features (``prosody.pause_features``), when
+        the checkpoint has pause fusion, the word has times and the decision sees a word after it
+        (at k=0 the pause after the word is unknown, and the rest did not pay: docs/conversation.md);
+        else unchanged."""
+        if self.pause_fusion is None or features is None or ahead == 0:
+            return logits
+        return self.pause_fusion.apply(logits, features, ahead)
 
     def set_label_bias(
         self,

@@ -20,9 +20,10 @@ from .engines import make_engine
 from .errors import CheckpointError, InputError
 from .model import PunctModel
 from .pieces import WordPieces
+from .prosody import token_features
 from .stream import PunctStream
 from .text import LABELS, normalize_text, render
-from .types import ENGINES, MAX_LOOKAHEAD, Lookahead, check_lookahead
+from .types import ENGINES, MAX_LOOKAHEAD, Lookahead, Word, check_lookahead
 
 if TYPE_CHECKING:
     from .pos import Tagger
@@ -118,30 +119,41 @@ class Punctuator:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def predict(self, words: Sequence[str], lookahead: int | None = None, engine: str = "auto") -> list[str]:
+    def predict(
+        self,
+        words: Sequence[str | Word],
+        lookahead: int | None = None,
+        engine: str = "auto",
+        pauses: bool = True,
+    ) -> list[str]:
         """One label per word (O, COMMA, PERIOD or QUESTION): the mark that follows it.
 
         Words may come straight from a recogniser (``" Don't,"``): they are normalised first, and
         a word that normalises to nothing (``"--"``) gets O. ``engine`` bounds the lookahead the
-        masked or the window way (see the module's docstring); offline it changes nothing.
+        masked or the window way (see the module's docstring); offline it changes nothing. Words
+        with times (:class:`Word`) also give their pauses as evidence, when the checkpoint has
+        pause fusion and ``pauses`` is on (:mod:`streampunct.prosody`), as a stream does.
         """
         if isinstance(words, str):
             raise InputError("predict() takes a list of words; use punctuate() for a string")
         check_lookahead(lookahead)
-        tokens, source = normalize_text(words)
-        token_labels = self._label(tokens, lookahead, engine)
+        timed = [w if isinstance(w, Word) else Word(w) for w in words]
+        tokens, source = normalize_text([w.text for w in timed])
+        token_labels = self._label(tokens, lookahead, engine, timed if pauses else None, source)
         labels = ["O"] * len(words)
         for src, lab in zip(source, token_labels):
             labels[src] = LABELS[lab]  # a word split in two takes the label of its last token
         return labels
 
     def stream(
-        self, lookahead: int = 2, max_delay_ms: float | None = None, engine: str = "auto"
+        self, lookahead: int = 2, max_delay_ms: float | None = None, engine: str = "auto", pauses: bool = True
     ) -> PunctStream:
         """A stream that decides each word once ``lookahead`` words follow it, or ``max_delay_ms``
-        after it ended on the recogniser's clock (see :mod:`streampunct.stream`)."""
+        after it ended on the recogniser's clock (see :mod:`streampunct.stream`). With ``pauses``
+        (and a checkpoint that has pause fusion), words with times give their pauses as evidence."""
         policy = Lookahead(lookahead, max_delay_ms)
-        return PunctStream(make_engine(self.model, engine, lookahead), self.pieces, policy, self.tagger)
+        engine_ = make_engine(self.model, engine, lookahead)
+        return PunctStream(engine_, self.pieces, policy, self.tagger, pauses)
 
     def punctuate(self, text: str, lookahead: int | None = None, engine: str = "auto") -> str:
         """Punctuated, capitalised text from unpunctuated text ("" for blank input)."""
@@ -149,12 +161,24 @@ class Punctuator:
         tokens, _ = normalize_text(text.split())
         return render(tokens, [LABELS[i] for i in self._label(tokens, lookahead, engine)])
 
-    def _label(self, tokens: list[str], lookahead: int | None, engine: str) -> list[int]:
+    def _label(
+        self,
+        tokens: list[str],
+        lookahead: int | None,
+        engine: str,
+        words: Sequence[Word] | None = None,
+        source: Sequence[int] = (),
+    ) -> list[int]:
+        """Token labels; with ``words`` (``source[t]``: token t's word), their pauses too."""
         decider = make_engine(self.model, engine, lookahead)
         if not tokens:
             return []
-        return (
-            decider.logits(self.pieces.encode(tokens), lookahead, self.tags(tokens, lookahead))
-            .argmax(-1)
-            .tolist()
-        )
+        logits = decider.logits(self.pieces.encode(tokens), lookahead, self.tags(tokens, lookahead))
+        if words is not None and self.model.pause_fusion is not None:
+            n = len(tokens)
+            ahead = [None if lookahead is None else min(lookahead, n - 1 - t) for t in range(n)]
+            features = token_features(words, source, ahead)
+            logits = torch.stack(
+                [self.model.with_pauses(row, f, a) for row, f, a in zip(logits, features, ahead)]
+            )
+        return logits.argmax(-1).tolist()

@@ -40,10 +40,13 @@ from typing import TYPE_CHECKING
 from .errors import InputError
 from .incremental import WindowState, compute_many
 from .pieces import WordPieces
+from .prosody import pause_features
 from .text import LABELS, normalize
 from .types import Lookahead, PunctEvent, Word
 
 if TYPE_CHECKING:
+    import torch
+
     from .engines import Engine
     from .pos import Tagger
 
@@ -108,9 +111,19 @@ class PunctStream:
 
     FORGET_EVERY = 64  # final words and tokens are dropped in steps of this many
 
-    def __init__(self, engine: Engine, pieces: WordPieces, policy: Lookahead, tagger: Tagger | None = None):
+    def __init__(
+        self,
+        engine: Engine,
+        pieces: WordPieces,
+        policy: Lookahead,
+        tagger: Tagger | None = None,
+        pauses: bool = True,
+    ):
         self.policy = policy
         self.engine = engine.name
+        # pause evidence from the words' times, when the checkpoint has it (streampunct.prosody)
+        self._model = engine.model
+        self.pauses = pauses and engine.model.pause_fusion is not None
         self.pieces = pieces
         self._engine = engine.stream(policy.words, tagger)
         self._words: list[Word] = []  # words from _word_base on
@@ -214,7 +227,7 @@ class PunctStream:
             ahead = self.policy.ahead(self._word_of(t), following, self._clock, flush)
             if ahead is None:
                 break
-            self._tok_label.append(self._engine.decide(t, ahead))
+            self._tok_label.append(self._label(t, ahead, self._engine.decide(t, ahead)))
             self._final_tokens += 1
         events = self._finalise_words()
         events += self._provisional()
@@ -257,6 +270,20 @@ class PunctStream:
     def _word_of(self, t: int) -> Word:
         return self._words[self._tok_word[t - self._tok_base] - self._word_base]
 
+    def _label(self, t: int, ahead: int, logits: torch.Tensor) -> int:
+        """Token ``t``'s label from its logits and, with pauses, its words' times: the word before
+        it and, when ``ahead`` reaches it, the word after it (nothing beyond the lookahead)."""
+        if self.pauses:
+            w = self._tok_word[t - self._tok_base]
+            last = t + 1 == self._n_tokens or self._tok_word[t + 1 - self._tok_base] != w
+            # a token before the first one kept is an earlier word's (see _forget)
+            first = t == 0 or t - 1 < self._tok_base or self._tok_word[t - 1 - self._tok_base] != w
+            after = self._word_of(t + 1) if last and ahead >= 1 else None
+            before = self._words[w - 1 - self._word_base] if first and w > 0 else None
+            features = pause_features(self._words[w - self._word_base], before, after, last, first)
+            logits = self._model.with_pauses(logits, features, ahead)
+        return int(logits.argmax())
+
     def _first_token_of(self, word: int) -> int:
         """The first token of ``word`` or of the first word after it that has tokens."""
         return self._tok_base + bisect.bisect_left(self._tok_word, word)
@@ -286,7 +313,9 @@ class PunctStream:
             or self._tok_word[t + 1 - self._tok_base] != self._tok_word[t - self._tok_base]
         ]
         events = []
-        for t, label in zip(last_tokens, self._engine.provisional(last_tokens, self._final_tokens)):
+        logits = self._engine.provisional(last_tokens, self._final_tokens)
+        for t, row in zip(last_tokens, logits):
+            label = self._label(t, self._n_tokens - 1 - t, row)
             i = self._tok_word[t - self._tok_base]
             if self._shown.get(i) != LABELS[label]:
                 self._shown[i] = LABELS[label]
@@ -303,6 +332,7 @@ class PunctStream:
             drop = open_from - self._tok_base
             del self._tok_word[:drop], self._tok_label[:drop]
             self._tok_base = open_from
-        if self._final_words - self._word_base >= self.FORGET_EVERY:
-            del self._words[: self._final_words - self._word_base]
-            self._word_base = self._final_words
+        keep = self._final_words - 1  # the last final word: the pause before the next one
+        if keep - self._word_base >= self.FORGET_EVERY:
+            del self._words[: keep - self._word_base]
+            self._word_base = keep

@@ -150,15 +150,23 @@ def render(tokens: Sequence[str], labels: Sequence[str], sentence_start: bool = 
 
 
 def caption_text(
-    raw: Sequence[str], labels: Sequence[str], previous: str | None = None, sentence_start: bool = True
+    raw: Sequence[str],
+    labels: Sequence[str],
+    previous: str | None = None,
+    sentence_start: bool = True,
+    names: set[str] | None = None,
 ) -> str:
     """Render a recogniser's own words (keeping their casing) with streampunct's marks.
 
     The recogniser's punctuation is dropped. A capital it wrote only because it began a sentence
     of its own (after its own ``.?!``, or at the stream's start: ``previous`` is the raw word
     before ``raw[0]``, None at the start) is lowered; other capitals (names) stay.
-    ``sentence_start``: whether ``raw[0]`` begins one of streampunct's sentences.
+    ``sentence_start``: whether ``raw[0]`` begins one of streampunct's sentences. ``names``, kept
+    by the caller across calls: the words the recogniser capitalised inside its sentences; such a
+    word keeps its capital at a sentence start of the recogniser's too ("Okay. Anna said" ->
+    "okay, Anna said"). It is added to here.
     """
+    names = set() if names is None else names
     if len(raw) != len(labels):
         raise ValueError(f"{len(raw)} words but {len(labels)} labels")
     tokens: list[str] = []
@@ -169,8 +177,13 @@ def caption_text(
         if surface.endswith(".") and normalize(word) and not normalize(word)[-1].endswith("."):
             surface = surface.rstrip(".")
         own_start = before is None or before.strip().endswith((".", "?", "!"))
-        if own_start and surface[:1].isupper() and not (surface == "I" or surface.startswith("I'")):
-            surface = surface[0].lower() + surface[1:]
+        pronoun = surface == "I" or surface.startswith("I'")
+        if surface[:1].isupper() and not pronoun:
+            key = surface.lower().split("'")[0]  # "Anna's" is Anna
+            if not own_start:
+                names.add(key)
+            elif key not in names:
+                surface = surface[0].lower() + surface[1:]
         before = word
         if surface:
             tokens.append(surface)

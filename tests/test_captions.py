@@ -86,3 +86,35 @@ def test_subtitle_files():
     assert srt.startswith("1\n00:00:00,000 --> ") and srt.count(" --> ") == len(lines)
     assert vtt.startswith("WEBVTT\n\n00:00:00.000 --> ") and vtt.count(" --> ") == len(lines)
     assert lines[0].text in srt and lines[-1].text in vtt
+
+
+def conversation_lines(words_and_labels) -> str:
+    captioner = Captioner(line_chars=None)
+    captioner.add_words(0, [Word(w, i * 0.4, i * 0.4 + 0.3) for i, (w, _) in enumerate(words_and_labels)])
+    events = [PunctEvent(i, w, label, True) for i, (w, label) in enumerate(words_and_labels)]
+    return " ".join(c.text for c in captioner.add(events) + captioner.flush())
+
+
+def test_conversation_is_cased_by_streampunct_sentences_not_the_recognisers():
+    # Whisper's own words and casing: "Yeah. Okay, so I think Anna's right. Really? I'm not sure."
+    said = [
+        ("Yeah.", "PERIOD"),  # a backchannel, a sentence of its own
+        ("Okay,", "COMMA"),
+        ("so", "O"),
+        ("I", "O"),
+        ("think", "O"),
+        ("Anna's", "O"),  # a name Whisper capitalised mid-sentence
+        ("right.", "PERIOD"),
+        ("really", "QUESTION"),  # Whisper wrote no capital: streampunct's sentence start gives one
+        ("i'm", "O"),  # a lower-case pronoun from the recogniser
+        ("not", "O"),
+        ("sure.", "COMMA"),  # Whisper ended a sentence where streampunct goes on
+        ("Anna", "O"),  # the name again, at Whisper's own sentence start: it keeps its capital
+        ("said", "O"),
+        ("so.", "COMMA"),
+        ("Then", "O"),  # a capital only because Whisper began a sentence: lowered
+        ("we", "O"),
+        ("left", "PERIOD"),
+    ]
+    text = conversation_lines(said)
+    assert text == "Yeah. Okay, so I think Anna's right. Really? I'm not sure, Anna said so, then we left."

@@ -33,6 +33,7 @@ from streampunct import InputError, Punctuator
 from streampunct.engines import make_engine
 from streampunct.model import ModelConfig, PunctModel
 from streampunct.pieces import WordPieces
+from streampunct.prosody import token_features
 from streampunct.punctuator import DEFAULT_CHECKPOINT
 from streampunct.stream import PunctStream, Word
 from streampunct.text import LABELS, normalize, normalize_text
@@ -48,12 +49,16 @@ VOCABULARY = (
 @functools.cache
 def tiny() -> Punctuator:
     """A random 6-layer model with tiny windows (block 4, context 6): cheap, and its streams
-    forget old words every few pushes, where a stream's bookkeeping is put to the test."""
+    forget old words every few pushes, where a stream's bookkeeping is put to the test. It has
+    pause fusion with a large correction, so timed words decide by their pauses too."""
     torch.manual_seed(0)
-    cfg = ModelConfig(n_layer=6, n_head=2, n_embd=32, n_inner=64, block=4, context=6, dropout=0.0)
+    cfg = ModelConfig(
+        n_layer=6, n_head=2, n_embd=32, n_inner=64, block=4, context=6, dropout=0.0, pause_hidden=8
+    )  # fmt: skip
     model = PunctModel(cfg).eval()
     with torch.no_grad():  # labels that vary, so that a wrong decision shows
         model.head.bias.copy_(torch.tensor([0.0, -0.2, -0.3, -0.6]))
+        model.pause_fusion.out.weight.normal_(0, 2.0)
     # Decision offsets for each lookahead and engine, as a calibrated checkpoint has them.
     offsets = [[0.0, 0.1 * j, -0.1 * j, 0.05 * j] for j in range(5)]
     model.set_label_bias(offsets + [[0.0, 0.2, 0.1, 0.0]], offsets)
@@ -146,7 +151,9 @@ class StreamMachine(RuleBasedStateMachine):
         if now is not None:
             self.clock = max(self.clock, now)
 
-    @rule(data=st.data(), n=st.integers(0, 40), timed=st.booleans(), late=st.sampled_from([None, 0.0, 0.2, 2.0]))
+    @rule(
+        data=st.data(), n=st.integers(0, 40), timed=st.booleans(), late=st.sampled_from([None, 0.0, 0.2, 2.0])
+    )
     def push(self, data, n, timed, late):
         words = self._new_words(data, n, timed)
         now = None if late is None else self.time + late
@@ -223,7 +230,7 @@ class StreamMachine(RuleBasedStateMachine):
             else:
                 assert label == self._decided_early(seen, i), f"word {i} of {len(seen)}, decided early"
         for text, decided in by_text.items():
-            expected = self.p.predict([w.text for w in text], lookahead=self.k, engine=self.engine)
+            expected = self.p.predict(list(text), lookahead=self.k, engine=self.engine)
             for i, label in decided:
                 assert label == expected[i], f"word {i} of {len(text)}: {label}; predict() says {expected[i]}"
 
@@ -232,9 +239,11 @@ class StreamMachine(RuleBasedStateMachine):
         mine = [t for t, word in enumerate(source) if word == i]
         if not mine:
             return "O"  # a word without tokens ("--")
-        t = mine[-1]
+        t, ahead = mine[-1], len(tokens) - 1 - mine[-1]
         engine = make_engine(self.p.model, self.engine, self.k)
-        return LABELS[int(engine.window_logits(self.p.pieces.encode(tokens), t, len(tokens) - 1 - t).argmax())]
+        logits = engine.window_logits(self.p.pieces.encode(tokens), t, ahead)
+        features = token_features(list(seen), source, [ahead] * len(tokens))[t]
+        return LABELS[int(self.p.model.with_pauses(logits, features, ahead).argmax())]
 
 
 TestTinyStream = StreamMachine.TestCase

@@ -1,0 +1,799 @@
+"""End to end: audio in, punctuated words out, against what Whisper users have today.
+
+    python benchmarks/e2e.py record --data ../shared/data --cache ../e2e_cache [--extra-human DIR]
+    python benchmarks/e2e.py score --cache ../e2e_cache [--models default base DIR] [--lookaheads 0 2]
+                                   [--pauses both|on|off] [--out e2e]
+    python benchmarks/e2e.py quick          # 20 s of espeak-ng, no data needed (the test runs this)
+
+Recordings (``record`` writes them under --cache, never into the repository):
+
+- *synthetic conversation*: two recordings of about 5 minutes, espeak-ng reading held-out chat
+  text (``--conv``, default ``../data_conv/chat_test.tsv``: ``streampunct prepare-conversation``'s
+  test split, conversations in order). The TSV does not mark turns (every turn ends a sentence),
+  so one or two sentences (seeded draw) make a turn, turns alternate between two voices, and
+  0.3-0.8 s of silence separates them. conv1 reads at 150 wpm (en-us+m3, en-us+f3), conv2 at 175
+  (en-us+m1, en-us+f2), from where conv1 stopped.
+- *synthetic monologue*: espeak-ng (en-us+m7, 160 wpm) reading the first ~800 words of TED
+  test2011 (up to a sentence end).
+- *human*: jfk_16k.wav and the 16 LJSpeech clips (consecutive sentences of one text), joined into
+  one stream with 1 s of silence between clips, their punctuated .txt joined as the reference.
+  LJSpeech's references spell numbers out, so Whisper's digits count as word errors (WER only).
+- *human extra* (``--extra-human DIR``): NAME.wav/NAME.txt pairs (or .mp3, .flac), joined the
+  same way, by name; ``--extra-max-s S`` leaves out clips longer than S seconds (listed in the
+  JSON). Run ``record`` again with the flag to add the set to an existing cache.
+
+espeak-ng reads the rendered, punctuated text: its prosody (pauses at marks, a rise at a question)
+carries the reference punctuation, as a speaker's does, for every system alike.
+
+For each recording, ``record`` runs (a) streampunct's live path up to the punctuator: the
+streaming recogniser (``streampunct.asr.StreamingRecognizer``, tiny.en, LocalAgreement, the
+server's defaults) fed 0.5 s chunks on a simulated clock (the clock is the audio fed so far:
+real-time speed with instant compute; deterministic, nothing sleeps). A pass runs whenever the
+recogniser is ready, as the server's AsrSession does. ``sentence_end()`` is never called, so the
+buffer is trimmed only past 25 s at the last committed word and the recogniser's words do not
+depend on the punctuator (live, streampunct's periods trim it sooner). Every pass's committed
+words are kept with the clock, then the words of ``finish()``. (b) faster-whisper offline with its
+own punctuation (beam 5, word timestamps) with tiny.en and base. All of it is JSON in --cache, one
+file per recording; a step already there is not run again (``--force`` reruns).
+
+``score`` replays each recording's committed batches into a fresh ``PunctStream`` per
+configuration (model x lookahead x pauses; ``push(words, now=clock)``, then ``finish()``, no time
+limit) and takes each word's final label; a word's label goes on its last token (``normalize``),
+its other tokens get O (the stream's events are per word). ``--pauses`` (both, on, off) is passed
+to ``Punctuator.stream`` only when its signature has that parameter, and pauses=on runs only for a
+checkpoint with pause fusion (without it, on equals off); the JSON's "pauses" says what ran.
+``--models`` takes shipped names and checkpoint folders. Whisper's own marks: ``labeled_words`` of
+its words (``!`` is a PERIOD), for offline tiny.en and base, and for the streamed tiny.en words
+themselves (what a live Whisper stream shows today). References: ``labeled_words(text,
+turn_end=False)`` + ``normalize_labeled``.
+
+Scoring: reference tokens are aligned to hypothesis tokens by edit distance (tokens compared
+lowercase after ``normalize``); each reference mark moves onto the hypothesis token aligned to its
+token, a mark on a deleted token onto the hypothesis token before it (none before: lost, counted).
+Two marks meeting on one token: the later wins, but a COMMA never replaces a PERIOD or QUESTION.
+Then ``streampunct.metrics.score``: per-class P/R/F1, micro-F1 over the marks, macro-F1, SER; and
+WER (over normalised tokens: clitics are tokens of their own) from the same alignment. Results per
+recording set and pooled over all recordings: ``benchmarks/results/e2e.json`` and ``e2e.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import wave
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import RESULTS, machine, write_json  # noqa: E402
+
+from streampunct import Punctuator  # noqa: E402
+from streampunct.asr import SAMPLE_RATE, StreamingRecognizer, resolve_asr_model  # noqa: E402
+from streampunct.conversation import labeled_words  # noqa: E402
+from streampunct.metrics import MARK_CLASSES, score  # noqa: E402
+from streampunct.punctuator import SHIPPED_MODELS, checkpoint_dir  # noqa: E402
+from streampunct.text import normalize, normalize_labeled, read_iwslt, render  # noqa: E402
+from streampunct.types import Word  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+CHUNK_S = 0.5  # audio fed to the recogniser per step
+CLIP_GAP_S = 1.0  # silence between joined human clips
+TURN_GAP_S = (0.3, 0.8)  # silence between conversation turns
+TARGET_S = 300.0  # length of each synthetic recording
+MONOLOGUE_WORDS = 800
+STREAM_ASR = "tiny.en"
+OFFLINE_ASR = ("tiny.en", "base")
+SETS = {
+    "synthetic_conversation": "synthetic conversation",
+    "synthetic_monologue": "synthetic monologue",
+    "human": "human",
+    "human_extra": "human (extra)",
+}
+# (name, voices, words a minute, seed); conv2 starts where conv1 stopped
+CONVERSATIONS = (("conv1", ("en-us+m3", "en-us+f3"), 150, 1), ("conv2", ("en-us+m1", "en-us+f2"), 175, 2))
+MONOLOGUE = ("monologue", "en-us+m7", 160)
+QUICK_TURNS = (
+    "Hi Anna, how was your weekend?",
+    "It was great, thanks. We went hiking in the mountains on Saturday.",
+    "That sounds lovely. Was the weather good?",
+    "Yes, it was sunny and warm. On Sunday we stayed home and cooked dinner for my parents.",
+    "Nice. I mostly worked, but I did finish a very good book.",
+)
+
+
+# --- alignment and scoring -------------------------------------------------------------------
+
+
+def _key(token: str) -> str:
+    """A token as alignment compares it: lowercase, normalised, no final dot ("mr." = "mr")."""
+    return ("".join(normalize(token)) or token.lower()).rstrip(".") or token.lower()
+
+
+def align(ref: Sequence[str], hyp: Sequence[str]) -> list[tuple[str, int | None, int | None]]:
+    """A minimum edit-distance path from ``ref`` to ``hyp``: (op, ref index, hyp index) in order;
+    op is "=" (match), "S" (substitution), "D" (a reference token deleted) or "I" (inserted)."""
+    a = [_key(t) for t in ref]
+    b = [_key(t) for t in hyp]
+    n, m = len(a), len(b)
+    cost = [list(range(m + 1))]
+    for i in range(1, n + 1):
+        prev, row = cost[-1], [i] + [0] * m
+        ai = a[i - 1]
+        for j in range(1, m + 1):
+            row[j] = min(prev[j - 1] + (ai != b[j - 1]), prev[j] + 1, row[j - 1] + 1)
+        cost.append(row)
+    path = []
+    i, j = n, m
+    while i or j:  # back from the end: a diagonal step first, then a deletion, then an insertion
+        if i and j and cost[i][j] == cost[i - 1][j - 1] + (a[i - 1] != b[j - 1]):
+            path.append(("=" if a[i - 1] == b[j - 1] else "S", i - 1, j - 1))
+            i, j = i - 1, j - 1
+        elif i and cost[i][j] == cost[i - 1][j] + 1:
+            path.append(("D", i - 1, None))
+            i -= 1
+        else:
+            path.append(("I", None, j - 1))
+            j -= 1
+    return path[::-1]
+
+
+def move_marks(
+    path: Sequence[tuple[str, int | None, int | None]], ref_labels: Sequence[str], n_hyp: int
+) -> tuple[list[str], int]:
+    """The reference marks on the hypothesis tokens, and how many were lost (a deleted token with
+    no hypothesis token before it). A mark on a deleted token goes to the hypothesis token before
+    it; of two marks on one token the later wins, but a COMMA never replaces a PERIOD or QUESTION."""
+    out = ["O"] * n_hyp
+    last: int | None = None  # the last hypothesis token of the path so far
+    lost = 0
+    for op, i, j in path:
+        if j is not None:
+            last = j
+        if i is None or ref_labels[i] == "O":
+            continue
+        target = j if op in ("=", "S") else last
+        if target is None:
+            lost += 1
+        elif not (ref_labels[i] == "COMMA" and out[target] in ("PERIOD", "QUESTION")):
+            out[target] = ref_labels[i]
+    return out, lost
+
+
+def compare(
+    ref_tokens: Sequence[str], ref_labels: Sequence[str], hyp_tokens: Sequence[str], hyp_labels: Sequence[str]
+) -> dict:
+    """Align and move the marks: what :func:`metrics` scores (lists, so that runs pool)."""
+    path = align(ref_tokens, hyp_tokens)
+    moved, lost = move_marks(path, ref_labels, len(hyp_tokens))
+    ops = {op: sum(1 for p in path if p[0] == op) for op in "=SDI"}
+    return {
+        "ref": moved,
+        "hyp": list(hyp_labels),
+        "edits": ops["S"] + ops["D"] + ops["I"],
+        "ref_tokens": len(ref_tokens),
+        "ref_marks": sum(lab != "O" for lab in ref_labels),
+        "lost": lost,
+    }
+
+
+def pool(parts: Sequence[dict]) -> dict:
+    return {
+        "ref": [x for p in parts for x in p["ref"]],
+        "hyp": [x for p in parts for x in p["hyp"]],
+        **{k: sum(p[k] for p in parts) for k in ("edits", "ref_tokens", "ref_marks", "lost")},
+    }
+
+
+def metrics(c: dict) -> dict:
+    report = score(c["ref"], c["hyp"])
+    out = {k: round(v, 2) if isinstance(v, float) else v for k, v in report.to_dict().items()}
+    for cls in MARK_CLASSES:
+        out[cls] = {k: round(v, 2) for k, v in out[cls].items()}
+        out[cls]["support"] = report.classes[cls].support
+    out["wer"] = round(100 * c["edits"] / max(c["ref_tokens"], 1), 2)
+    out["ref_tokens"] = c["ref_tokens"]
+    out["ref_marks"] = c["ref_marks"]
+    out["marks_lost"] = c["lost"]
+    return out
+
+
+def reference(text: str) -> tuple[list[str], list[str]]:
+    return normalize_labeled(*labeled_words(text, turn_end=False))
+
+
+def whisper_tokens(words: Sequence[dict]) -> tuple[list[str], list[str]]:
+    """Whisper's words with its own punctuation, as tokens and labels."""
+    return normalize_labeled(*labeled_words(" ".join(w["text"] for w in words), turn_end=False))
+
+
+def word_tokens(words: Sequence[str], labels: Sequence[str]) -> tuple[list[str], list[str]]:
+    """A word's label on its last token, O on its others; words without tokens vanish."""
+    tokens: list[str] = []
+    out: list[str] = []
+    for w, lab in zip(words, labels):
+        parts = normalize(w)
+        tokens += parts
+        out += ["O"] * (len(parts) - 1) + [lab] * bool(parts)
+    return tokens, out
+
+
+def stream_has_pauses() -> bool:
+    return "pauses" in inspect.signature(Punctuator.stream).parameters
+
+
+def replay(p: Punctuator, asr: dict, lookahead: int, pauses: bool | None) -> tuple[list[str], list[str]]:
+    """The recorded committed batches through a fresh stream; each word's final label."""
+    kwargs: dict[str, object] = {"lookahead": lookahead, "max_delay_ms": None}
+    if pauses is not None:
+        kwargs["pauses"] = pauses
+    stream = p.stream(**kwargs)
+    words: list[str] = []
+    final: dict[int, str] = {}
+
+    def take(events) -> None:
+        for e in events:
+            if e.final:
+                final[e.index] = e.label
+
+    for batch in [*asr["batches"], asr["final"]]:
+        ws = [Word(w["text"], w["start"], w["end"]) for w in batch["words"]]
+        words += [w.text for w in ws]
+        take(stream.push(ws, now=batch["clock"]))
+    take(stream.finish())
+    assert len(final) == len(words), "every word gets one final label"
+    return word_tokens(words, [final[i] for i in range(len(words))])
+
+
+def streamed_words(asr: dict) -> list[dict]:
+    return [w for batch in [*asr["batches"], asr["final"]] for w in batch["words"]]
+
+
+# --- audio -------------------------------------------------------------------------------------
+
+
+def check_tools() -> None:
+    if shutil.which("espeak-ng") is None:
+        raise SystemExit("needs espeak-ng (apt-get install espeak-ng)")
+
+
+def espeak(text: str, voice: str, wpm: int, tmp: Path) -> np.ndarray:
+    """espeak-ng reading ``text``: 16 kHz mono float32."""
+    from faster_whisper import decode_audio
+
+    src, wav = tmp / "say.txt", tmp / "say.wav"
+    src.write_text(text, encoding="utf-8")
+    subprocess.run(["espeak-ng", "-v", voice, "-s", str(wpm), "-w", str(wav), "-f", str(src)], check=True)
+    return decode_audio(str(wav), sampling_rate=SAMPLE_RATE)
+
+
+def silence(seconds: float) -> np.ndarray:
+    return np.zeros(int(round(seconds * SAMPLE_RATE)), dtype=np.float32)
+
+
+def write_wav(path: Path, audio: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2")
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(SAMPLE_RATE)
+        w.writeframes(pcm.tobytes())
+
+
+def read_wav(path: Path) -> np.ndarray:
+    with wave.open(str(path), "rb") as w:
+        assert w.getframerate() == SAMPLE_RATE and w.getnchannels() == 1
+        return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float32) / 32768.0
+
+
+def sentences(tokens: Sequence[str], labels: Sequence[str]) -> list[tuple[list[str], list[str]]]:
+    out, start = [], 0
+    for i, lab in enumerate(labels):
+        if lab in ("PERIOD", "QUESTION"):
+            out.append((list(tokens[start : i + 1]), list(labels[start : i + 1])))
+            start = i + 1
+    return out
+
+
+def conversation(
+    turns_text: Sequence[str], voices: Sequence[str], wpm: int, rng: np.random.Generator, tmp: Path
+) -> np.ndarray:
+    """Turns read in alternating voices, with a silence between turns."""
+    pieces = []
+    for n, text in enumerate(turns_text):
+        if n:
+            pieces.append(silence(rng.uniform(*TURN_GAP_S)))
+        pieces.append(espeak(text, voices[n % len(voices)], wpm, tmp))
+    return np.concatenate(pieces)
+
+
+def make_conversations(conv_tsv: Path, tmp: Path) -> list[tuple[str, str, np.ndarray, dict]]:
+    """conv1 and conv2: ~5 minutes each of chat text in turns of one or two sentences."""
+    sents = sentences(*normalize_labeled(*read_iwslt(conv_tsv)))
+    out = []
+    at = 0
+    for name, voices, wpm, seed in CONVERSATIONS:
+        rng = np.random.default_rng(seed)
+        pieces: list[np.ndarray] = []
+        texts: list[str] = []
+        seconds = 0.0
+        first = at
+        while seconds < TARGET_S:
+            n = int(rng.integers(1, 3))
+            group = sents[at : at + n]
+            if not group:
+                raise SystemExit(f"{conv_tsv}: not enough text for {name}")
+            at += n
+            text = render([t for s in group for t in s[0]], [lab for s in group for lab in s[1]])
+            if texts:
+                pieces.append(silence(rng.uniform(*TURN_GAP_S)))
+            pieces.append(espeak(text, voices[len(texts) % 2], wpm, tmp))
+            texts.append(text)
+            seconds = sum(len(p) for p in pieces) / SAMPLE_RATE
+        meta = {"voices": list(voices), "wpm": wpm, "turns": len(texts), "sentences": [first, at]}
+        out.append((name, " ".join(texts), np.concatenate(pieces), meta))
+    return out
+
+
+def make_monologue(ted: Path, tmp: Path) -> tuple[str, str, np.ndarray, dict]:
+    tokens, labels = normalize_labeled(*read_iwslt(ted))
+    n = MONOLOGUE_WORDS
+    while labels[n - 1] not in ("PERIOD", "QUESTION"):
+        n += 1
+    text = render(tokens[:n], labels[:n])
+    name, voice, wpm = MONOLOGUE
+    return name, text, espeak(text, voice, wpm, tmp), {"voice": voice, "wpm": wpm, "tokens": n}
+
+
+def join_clips(clips: Sequence[tuple[Path, Path]]) -> tuple[str, np.ndarray, dict]:
+    """Clips (wav, txt) joined with CLIP_GAP_S of silence; their texts joined."""
+    from faster_whisper import decode_audio
+
+    pieces, texts = [], []
+    for i, (wav, txt) in enumerate(clips):
+        if i:
+            pieces.append(silence(CLIP_GAP_S))
+        pieces.append(decode_audio(str(wav), sampling_rate=SAMPLE_RATE))
+        texts.append(" ".join(txt.read_text(encoding="utf-8").split()))
+    return " ".join(texts), np.concatenate(pieces), {"clips": [c[0].name for c in clips], "gap_s": CLIP_GAP_S}
+
+
+AUDIO_SUFFIXES = (".wav", ".mp3", ".flac")
+
+
+def clip_pairs(folder: Path) -> list[tuple[Path, Path]]:
+    """NAME.wav (or .mp3, .flac) with NAME.txt, by name."""
+    return [
+        (a, a.with_suffix(".txt"))
+        for a in sorted(folder.iterdir())
+        if a.suffix in AUDIO_SUFFIXES and a.with_suffix(".txt").is_file()
+    ]
+
+
+def clip_seconds(path: Path) -> float:
+    from faster_whisper import decode_audio
+
+    return len(decode_audio(str(path), sampling_rate=SAMPLE_RATE)) / SAMPLE_RATE
+
+
+# --- recognition -------------------------------------------------------------------------------
+
+
+def whisper(name: str):
+    from faster_whisper import WhisperModel
+
+    return WhisperModel(resolve_asr_model(name), device="cpu", compute_type="int8")
+
+
+def _words(ws: Sequence[Word]) -> list[dict]:
+    return [{"text": w.text, "start": round(w.start, 3), "end": round(w.end, 3)} for w in ws]
+
+
+def stream_asr(model, audio: np.ndarray) -> dict:
+    """The streaming recogniser over ``audio`` in CHUNK_S steps on a simulated clock (module
+    docstring): every pass's committed words with the clock, then ``finish()``'s."""
+    rec = StreamingRecognizer(model)
+    step = int(CHUNK_S * SAMPLE_RATE)
+    batches = []
+    t0 = time.perf_counter()
+    for start in range(0, len(audio), step):
+        chunk = audio[start : start + step]
+        clock = (start + len(chunk)) / SAMPLE_RATE
+        rec.feed(chunk, now=clock)
+        while rec.ready():
+            hyp = rec.process(now=clock)
+            asr_clock = (
+                hyp.provisional[0].start
+                if hyp.provisional and hyp.provisional[0].start is not None
+                else rec.processed_until
+            )
+            batches.append(
+                {
+                    "clock": round(clock, 3),
+                    "asr_clock": round(asr_clock, 3),  # the server's push clock, for reference
+                    "words": _words(hyp.committed),
+                    "skipped": None if hyp.skipped is None else [hyp.skipped.start, hyp.skipped.end],
+                }
+            )
+    clock = len(audio) / SAMPLE_RATE
+    final = {"clock": round(clock, 3), "asr_clock": round(clock, 3), "words": _words(rec.finish())}
+    return {
+        "model": STREAM_ASR,
+        "chunk_s": CHUNK_S,
+        "batches": batches,
+        "final": final,
+        "passes": len(batches),
+        "skips": len(rec.skipped),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+def offline_asr(model, audio: np.ndarray) -> dict:
+    t0 = time.perf_counter()
+    segments, _ = model.transcribe(audio, language="en", beam_size=5, word_timestamps=True)
+    words = [
+        {"text": w.word.strip(), "start": round(w.start, 3), "end": round(w.end, 3)}
+        for seg in segments
+        for w in seg.words or []
+        if w.word.strip()
+    ]
+    return {"beam_size": 5, "words": words, "seconds": round(time.perf_counter() - t0, 1)}
+
+
+# --- record ------------------------------------------------------------------------------------
+
+
+def _save(path: Path, rec: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rec) + "\n")
+    tmp.replace(path)
+
+
+def make_recordings(args, cache: Path) -> None:
+    """Write each recording's wav and its JSON (name, set, text) once."""
+    data = Path(args.data)
+    todo = []
+    if args.force or not all((cache / f"{c[0]}.json").is_file() for c in CONVERSATIONS):
+        todo.append("conversation")
+    if args.force or not (cache / "monologue.json").is_file():
+        todo.append("monologue")
+    made: list[tuple[str, str, str, np.ndarray, dict]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        if "conversation" in todo:
+            check_tools()
+            for name, text, audio, meta in make_conversations(Path(args.conv), Path(tmp)):
+                made.append((name, "synthetic_conversation", text, audio, {**meta, "source": str(args.conv)}))
+        if "monologue" in todo:
+            check_tools()
+            ted = data / "iwslt" / "test2011"
+            name, text, audio, meta = make_monologue(ted, Path(tmp))
+            made.append((name, "synthetic_monologue", text, audio, {**meta, "source": str(ted)}))
+    if args.force or not (cache / "human.json").is_file():
+        audio_dir = data / "audio"
+        clips = [(audio_dir / "jfk_16k.wav", audio_dir / "jfk_16k.txt")] + clip_pairs(audio_dir / "ljspeech")
+        text, audio, meta = join_clips(clips)
+        made.append(("human", "human", text, audio, meta))
+    if args.extra_human and (args.force or not (cache / "human_extra.json").is_file()):
+        clips, too_long = clip_pairs(Path(args.extra_human)), []
+        if args.extra_max_s is not None:
+            too_long = [c for c in clips if clip_seconds(c[0]) > args.extra_max_s]
+            clips = [c for c in clips if c not in too_long]
+        if clips:
+            text, audio, meta = join_clips(clips)
+            meta = {**meta, "source": str(args.extra_human), "left_out": [c[0].name for c in too_long]}
+            made.append(("human_extra", "human_extra", text, audio, meta))
+        else:
+            print(f"{args.extra_human}: no NAME.wav/NAME.txt pairs; no extra human set", flush=True)
+    for name, set_name, text, audio, meta in made:
+        wav = cache / "audio" / f"{name}.wav"
+        write_wav(wav, audio)
+        rec = {
+            "name": name,
+            "set": set_name,
+            "text": text,
+            "wav": str(wav),
+            "seconds": round(len(audio) / SAMPLE_RATE, 2),
+            "meta": meta,
+            "streaming": {},
+            "offline": {},
+        }
+        _save(cache / f"{name}.json", rec)
+        print(f"{name}: {rec['seconds']:.0f} s, {len(text.split())} words -> {wav}", flush=True)
+
+
+def recognise(cache: Path, force: bool, offline_models: Sequence[str] = OFFLINE_ASR) -> None:
+    names = [p.stem for p in sorted(cache.glob("*.json"))]
+    model = None
+    for name in names:
+        path = cache / f"{name}.json"
+        rec = json.loads(path.read_text())
+        if force or STREAM_ASR not in rec["streaming"]:
+            model = model or whisper(STREAM_ASR)
+            rec["streaming"][STREAM_ASR] = stream_asr(model, read_wav(Path(rec["wav"])))
+            _save(path, rec)
+            s = rec["streaming"][STREAM_ASR]
+            print(f"{name}: streamed {STREAM_ASR} in {s['seconds']} s ({s['passes']} passes)", flush=True)
+    for asr in offline_models:
+        model = None
+        for name in names:
+            path = cache / f"{name}.json"
+            rec = json.loads(path.read_text())
+            if force or asr not in rec["offline"]:
+                model = model or whisper(asr)
+                rec["offline"][asr] = offline_asr(model, read_wav(Path(rec["wav"])))
+                _save(path, rec)
+                print(f"{name}: offline {asr} in {rec['offline'][asr]['seconds']} s", flush=True)
+
+
+def record(args) -> None:
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    make_recordings(args, cache)
+    recognise(cache, args.force)
+    total = time.perf_counter() - t0
+    print(f"recorded in {total / 60:.1f} min -> {cache}", flush=True)
+
+
+# --- score -------------------------------------------------------------------------------------
+
+
+def model_labels(models: Sequence[str]) -> dict[str, str]:
+    """A shipped model by its name, a checkpoint folder by its folder's name (its path where two
+    folders share a name)."""
+    short = {m: m if m in SHIPPED_MODELS else Path(m).name for m in models}
+    clash = {v for v in short.values() if list(short.values()).count(v) > 1}
+    return {m: m if v in clash else v for m, v in short.items()}
+
+
+def has_pause_fusion(p: Punctuator) -> bool:
+    return getattr(p.model, "pause_fusion", None) is not None
+
+
+def systems_for(
+    models: dict[str, Punctuator], lookaheads: Sequence[int], pauses: str
+) -> tuple[list[dict], dict]:
+    """The streampunct configurations: model x lookahead x pauses. pauses=on runs only where the
+    stream takes the flag and the checkpoint has pause fusion (else it equals pauses=off)."""
+    supported = stream_has_pauses()
+    wanted = {"both": [False, True], "on": [True], "off": [False]}[pauses]
+    labels = model_labels(list(models))
+    info: dict[str, object] = {
+        "requested": pauses,
+        "stream_accepts_pauses": supported,
+        "pause_fusion": {labels[m]: has_pause_fusion(p) for m, p in models.items()},
+        "run": {},
+    }
+    systems = []
+    for m, p in models.items():
+        run = [x for x in wanted if not x or (supported and has_pause_fusion(p))] or [False]
+        info["run"][labels[m]] = ["on" if x else "off" for x in run]
+        for k in lookaheads:
+            for pz in run:
+                name = f"streampunct {labels[m]} k={k}"
+                if supported:
+                    name += f" pauses={'on' if pz else 'off'}"
+                systems.append(
+                    {
+                        "name": name,
+                        "kind": "streampunct",
+                        "model": m,
+                        "lookahead": k,
+                        "pauses": pz if supported else None,
+                    }
+                )
+    return systems, info
+
+
+def whisper_systems(recordings: Sequence[dict]) -> list[dict]:
+    out = [
+        {"name": f"whisper {STREAM_ASR} streamed, own marks", "kind": "whisper_streamed", "asr": STREAM_ASR}
+    ]
+    offline = sorted(
+        {a for r in recordings for a in r["offline"]},
+        key=lambda a: (OFFLINE_ASR.index(a) if a in OFFLINE_ASR else len(OFFLINE_ASR), a),
+    )
+    out += [{"name": f"whisper {a} offline, own marks", "kind": "whisper_offline", "asr": a} for a in offline]
+    return out
+
+
+def evaluate(recordings: Sequence[dict], systems: Sequence[dict], punctuators: dict[str, Punctuator]) -> dict:
+    """{system name: {recording name: comparison}} (see :func:`compare`)."""
+    refs = {r["name"]: reference(r["text"]) for r in recordings}
+    out: dict[str, dict[str, dict]] = {}
+    for s in systems:
+        out[s["name"]] = {}
+        t0 = time.perf_counter()
+        for r in recordings:
+            asr = r["streaming"][STREAM_ASR]
+            if s["kind"] == "streampunct":
+                hyp = replay(punctuators[s["model"]], asr, s["lookahead"], s["pauses"])
+            elif s["kind"] == "whisper_streamed":
+                hyp = whisper_tokens(streamed_words(asr))
+            elif s["asr"] in r["offline"]:
+                hyp = whisper_tokens(r["offline"][s["asr"]]["words"])
+            else:
+                continue
+            out[s["name"]][r["name"]] = compare(*refs[r["name"]], *hyp)
+        print(f"scored {s['name']} ({time.perf_counter() - t0:.1f} s)", flush=True)
+    return out
+
+
+def summarise(recordings: Sequence[dict], compared: dict) -> dict:
+    """Metrics per system: per recording, per set, and pooled over all recordings."""
+    sets = [s for s in SETS if any(r["set"] == s for r in recordings)]
+    results: dict[str, dict] = {}
+    for system, per_rec in compared.items():
+        entry: dict[str, dict] = {"recordings": {n: metrics(c) for n, c in per_rec.items()}, "sets": {}}
+        for s in sets:
+            parts = [per_rec[r["name"]] for r in recordings if r["set"] == s and r["name"] in per_rec]
+            if parts:
+                entry["sets"][s] = metrics(pool(parts))
+        entry["pooled"] = metrics(pool(list(per_rec.values())))
+        results[system] = entry
+    return results
+
+
+def table(results: dict, sets: Sequence[str]) -> str:
+    head = ["system", *[f"{SETS[s]} F1" for s in sets], "pooled micro-F1", "macro-F1", "SER", "WER"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for system, e in results.items():
+        cells = [system]
+        cells += [f"{e['sets'][s]['micro_f1']:.1f}" if s in e["sets"] else "" for s in sets]
+        p = e["pooled"]
+        cells += [f"{p['micro_f1']:.1f}", f"{p['macro_f1']:.1f}", f"{p['ser']:.1f}", f"{p['wer']:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def chart(results: dict, sets: Sequence[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = [*sets, "pooled"]
+    names = list(results)
+    width = 0.8 / max(len(names), 1)
+    fig, ax = plt.subplots(figsize=(max(8.0, 1.2 * len(groups) * (1 + 0.15 * len(names))), 5.5))
+    x = np.arange(len(groups))
+    for n, system in enumerate(names):
+        e = results[system]
+        ys = [
+            e["pooled"]["micro_f1"] if g == "pooled" else e["sets"].get(g, {}).get("micro_f1", 0)
+            for g in groups
+        ]
+        bars = ax.bar(x + (n - (len(names) - 1) / 2) * width, ys, width, label=system)
+        ax.bar_label(bars, fmt="%.0f", fontsize=6, padding=1)
+    ax.set_xticks(x, [SETS.get(g, g).replace(" ", "\n", 1) for g in groups])
+    ax.set_ylabel("micro-F1 over , . ? (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(
+        "Punctuating recognised speech: streampunct on streamed tiny.en vs Whisper's own marks", fontsize=10
+    )
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def load_recordings(cache: Path) -> list[dict]:
+    recs = [json.loads(p.read_text()) for p in sorted(cache.glob("*.json"))]
+    recs = [r for r in recs if STREAM_ASR in r.get("streaming", {})]
+    if not recs:
+        raise SystemExit(f"{cache}: no recorded recordings; run `record` first")
+    order = list(SETS)
+    return sorted(recs, key=lambda r: (order.index(r["set"]), r["name"]))
+
+
+def score_cmd(args) -> None:
+    cache = Path(args.cache)
+    recordings = load_recordings(cache)
+    punctuators = {m: Punctuator.load(m, device=args.device) for m in args.models}
+    systems, pauses = systems_for(punctuators, args.lookaheads, args.pauses)
+    systems += whisper_systems(recordings)
+    compared = evaluate(recordings, systems, punctuators)
+    results = summarise(recordings, compared)
+    sets = [s for s in SETS if any(r["set"] == s for r in recordings)]
+    payload = {
+        "machine": machine(),
+        "command": " ".join(sys.argv),
+        "cache": str(cache),
+        "pauses": pauses,
+        "stream": {"asr": STREAM_ASR, "chunk_s": CHUNK_S, "max_delay_ms": None, "sentence_end": False},
+        "recordings": {
+            r["name"]: {
+                "set": r["set"],
+                "seconds": r["seconds"],
+                "meta": r["meta"],
+                "streaming_seconds": r["streaming"][STREAM_ASR]["seconds"],
+                "offline_seconds": {a: o["seconds"] for a, o in r["offline"].items()},
+            }
+            for r in recordings
+        },
+        "models": {label: str(checkpoint_dir(m)) for m, label in model_labels(args.models).items()},
+        "systems": systems,
+        "results": results,
+    }
+    print(f"wrote {write_json(f'{args.out}.json', payload)}")
+    png = RESULTS / f"{args.out}.png"
+    chart(results, sets, png)
+    print(f"wrote {png}")
+    print(table(results, sets))
+
+
+# --- quick ---------------------------------------------------------------------------------------
+
+
+def quick(workdir: Path | None = None) -> tuple[dict, str]:
+    """~20 s of espeak-ng conversation (QUICK_TURNS): tiny.en streamed into streampunct default
+    at k=2, Whisper's own marks streamed and offline tiny.en. Returns the results and the table."""
+    check_tools()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(workdir or tmp)
+        audio = conversation(QUICK_TURNS, ("en-us+m3", "en-us+f3"), 160, np.random.default_rng(0), work)
+        model = whisper(STREAM_ASR)
+        rec = {
+            "name": "quick",
+            "set": "synthetic_conversation",
+            "text": " ".join(QUICK_TURNS),
+            "seconds": round(len(audio) / SAMPLE_RATE, 2),
+            "streaming": {STREAM_ASR: stream_asr(model, audio)},
+            "offline": {STREAM_ASR: offline_asr(model, audio)},
+        }
+    systems = [
+        {
+            "name": "streampunct default k=2",
+            "kind": "streampunct",
+            "model": "default",
+            "lookahead": 2,
+            "pauses": None,
+        }
+    ]
+    systems += whisper_systems([rec])
+    results = summarise(
+        [rec], evaluate([rec], systems, {"default": Punctuator.load("default", device="cpu")})
+    )
+    return results, table(results, ["synthetic_conversation"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("record", help="make the recordings and run the recognisers (cached)")
+    r.add_argument("--data", required=True, help="the shared data folder (audio/, iwslt/test2011)")
+    r.add_argument("--cache", required=True, help="folder for the wavs and JSON (outside the repository)")
+    r.add_argument(
+        "--conv", default=str(REPO.parent / "data_conv" / "chat_test.tsv"), help="held-out chat TSV"
+    )
+    r.add_argument("--extra-human", default=None, help="folder of NAME.wav/NAME.txt pairs (or .mp3, .flac)")
+    r.add_argument("--extra-max-s", type=float, default=None, help="leave out extra clips longer than this")
+    r.add_argument("--force", action="store_true", help="redo what the cache has")
+    s = sub.add_parser("score", help="score the cached recordings")
+    s.add_argument("--cache", required=True)
+    s.add_argument("--models", nargs="+", default=["default"], help="shipped names or checkpoint folders")
+    s.add_argument("--lookaheads", nargs="+", type=int, default=[0, 2])
+    s.add_argument("--pauses", choices=["both", "on", "off"], default="both")
+    s.add_argument("--device", default="cpu")
+    s.add_argument("--out", default="e2e", help="results name: benchmarks/results/OUT.json and OUT.png")
+    sub.add_parser("quick", help="20 s of espeak-ng; no data needed")
+    args = ap.parse_args()
+    if args.cmd == "record":
+        record(args)
+    elif args.cmd == "score":
+        score_cmd(args)
+    else:
+        results, text = quick()
+        print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""Training pause fusion (:mod:`streampunct.prosody`) on a frozen checkpoint.
+
+    streampunct train-pauses --model DIR --train a.tsv [b.tsv ...] --out DIR
+
+Text is cut into segments; each gets word times from the pause model
+(:func:`~streampunct.prosody.synthetic_times`: a speaker's rate and pause length drawn per
+segment) or, for a share ``shuffled`` of them, pauses that say nothing (drawn from the same model
+with the marks shuffled), so that the fusion learns how far to trust a pause. The checkpoint
+computes each token's logits, decision offsets included, at each lookahead as a stream decides
+it (``min(k, tokens left)``); the fusion learns its correction by cross-entropy, then the output
+checkpoint is the input one with ``pause_hidden`` set and the fusion's weights added.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .calibrate import tune_offsets
+from .engines import token_logits
+from .metrics import score
+from .model import PunctModel
+from .pieces import WordPieces
+from .prosody import PauseFusion, ahead_slot, synthetic_times, token_features
+from .text import LABEL_ID, LABELS, normalize_labeled, read_iwslt
+
+__all__ = ["PauseTrainConfig", "train_pauses"]
+
+
+@dataclass(frozen=True)
+class PauseTrainConfig:
+    model: str
+    train: tuple[str, ...]
+    out: str
+    segments: int = 240  # segments of text drawn from the training files, each its own speaker
+    segment_words: int = 150
+    dev_share: float = 0.2  # segments held out to report the gain
+    lookaheads: tuple[int | None, ...] = (0, 1, 2, 3, None)
+    shuffled: float = 0.15
+    hidden: int = 32
+    epochs: int = 30
+    lr: float = 3e-3
+    seed: int = 1
+    engine: str = "auto"
+
+
+def _rows(model, pieces, segments, cfg, rng):
+    """(logits, features, slots, targets) of every timed token of the segments at each lookahead."""
+    logits, feats, slots, targets = [], [], [], []
+    for tokens, labels in segments:
+        marks = list(labels)
+        if rng.random() < cfg.shuffled:
+            marks = list(rng.permutation(marks))
+        words = synthetic_times(tokens, marks, rng)
+        n = len(tokens)
+        for k in cfg.lookaheads:
+            ahead = [None if k is None else min(k, n - 1 - t) for t in range(n)]
+            rows = token_logits(model, pieces, tokens, k, engine=cfg.engine if k is not None else "masked")
+            features = token_features(words, list(range(n)), ahead)
+            logits.append(rows)
+            feats.append(torch.tensor(features, dtype=torch.float32))
+            slots.append(torch.tensor([ahead_slot(a) for a in ahead]))
+            targets.append(torch.tensor([LABEL_ID[lab] for lab in labels]))
+    return torch.cat(logits), torch.cat(feats), torch.cat(slots), torch.cat(targets)
+
+
+@torch.no_grad()
+def tune_offsets_per_slot(
+    fusion: PauseFusion, logits: torch.Tensor, features: torch.Tensor, slots: torch.Tensor, gold: torch.Tensor
+) -> None:
+    """Set the fusion's offsets, per lookahead, to those that maximise micro-F1 on these rows (the
+    training rows: the offsets are 3 numbers a lookahead; the dev rows report the result)."""
+    fusion.offsets.zero_()
+    fused = fusion(logits, features, slots)
+    for slot in range(len(fusion.offsets)):
+        keep = slots == slot
+        if keep.any():
+            offsets, _ = tune_offsets(fused[keep], gold[keep])
+            fusion.offsets[slot] = torch.tensor(offsets)
+
+
+def _f1(pred: torch.Tensor, gold: torch.Tensor) -> float:
+    return score([LABELS[i] for i in gold.tolist()], [LABELS[i] for i in pred.tolist()]).micro_f1
+
+
+def train_pauses(cfg: PauseTrainConfig) -> dict:
+    """Train and save; returns the report (also ``<out>/pauses.json``)."""
+    t0 = time.time()
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    model = PunctModel.load(cfg.model)
+    model.requires_grad_(False)
+    pieces = WordPieces(Path(cfg.model) / "vocab.txt", model.cfg.max_pieces)
+    texts = [normalize_labeled(*read_iwslt(path)) for path in cfg.train]
+    segments = []
+    for i in range(cfg.segments):
+        tokens, labels = texts[i % len(texts)]
+        start = int(rng.integers(0, max(1, len(tokens) - cfg.segment_words)))
+        segments.append(
+            (tokens[start : start + cfg.segment_words], labels[start : start + cfg.segment_words])
+        )
+    n_dev = int(cfg.segments * cfg.dev_share)
+    dev = _rows(model, pieces, segments[:n_dev], cfg, rng)
+    train = _rows(model, pieces, segments[n_dev:], cfg, rng)
+    print(f"{len(train[0]):,} training rows, {len(dev[0]):,} dev rows, made in {time.time() - t0:.0f}s")
+
+    fusion = PauseFusion(model.cfg.n_labels, cfg.hidden)
+    opt = torch.optim.AdamW(fusion.parameters(), lr=cfg.lr, weight_decay=0.01)
+    n = len(train[0])
+    for _ in range(cfg.epochs):
+        order = torch.randperm(n)
+        for i in range(0, n, 1024):
+            idx = order[i : i + 1024]
+            out = fusion(train[0][idx], train[1][idx], train[2][idx])
+            loss = F.cross_entropy(out, train[3][idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    fusion.eval()
+    tune_offsets_per_slot(fusion, *train)
+    report: dict = {"rows": n, "dev_rows": len(dev[0]), "segments": cfg.segments, "by_lookahead": {}}
+    report["offsets"] = fusion.offsets.tolist()
+    with torch.no_grad():
+        fused = fusion(dev[0], dev[1], dev[2]).argmax(-1)
+    for slot, k in enumerate(("0", "1", "2", "3+", "offline")):
+        keep = dev[2] == slot
+        if keep.any():
+            report["by_lookahead"][k] = {
+                "text": round(_f1(dev[0][keep].argmax(-1), dev[3][keep]), 2),
+                "text+pauses": round(_f1(fused[keep], dev[3][keep]), 2),
+            }
+    print(json.dumps(report["by_lookahead"]))
+
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for f in Path(cfg.model).iterdir():
+        if f.is_file() and f.name not in ("model.safetensors", "config.json"):
+            shutil.copy(f, out / f.name)
+    timed = PunctModel(replace(model.cfg, pause_hidden=cfg.hidden))
+    timed.load_state_dict(
+        {**model.state_dict(), **{f"pause_fusion.{k}": v for k, v in fusion.state_dict().items()}}
+    )
+    timed.save(out)  # fp16: the text model's weights as they were read
+    report["seconds"] = round(time.time() - t0)
+    (out / "pauses.json").write_text(
+        json.dumps({**report, "config": cfg.__dict__}, indent=2, default=str) + "\n"
+    )
+    return report

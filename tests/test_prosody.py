@@ -1,0 +1,134 @@
+"""Pause fusion: word times as evidence, within the lookahead bound, optional, and one computation
+for streams and predict()."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streampunct import Punctuator
+from streampunct.model import ModelConfig, PunctModel
+from streampunct.pieces import WordPieces
+from streampunct.prosody import N_FEATURES, pause_features, synthetic_times, token_features
+from streampunct.punctuator import DEFAULT_CHECKPOINT
+from streampunct.stream import Word
+
+TEXT = "so i think we should go now yeah okay what do you think don't you agree it's late".split()
+
+
+@functools.cache
+def timed_model() -> Punctuator:
+    """A random model with pause fusion whose correction is large, so that pauses change labels."""
+    torch.manual_seed(1)
+    cfg = ModelConfig(
+        n_layer=2, n_head=2, n_embd=32, n_inner=64, block=4, context=6, dropout=0.0, pause_hidden=8
+    )
+    model = PunctModel(cfg).eval()
+    with torch.no_grad():
+        model.pause_fusion.out.weight.normal_(0, 3.0)
+    return Punctuator(model, WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", cfg.max_pieces))
+
+
+def timed(words, gaps) -> list[Word]:
+    out, clock = [], 0.0
+    for w, gap in zip(words, gaps):
+        clock += gap
+        out.append(Word(w, round(clock, 3), round(clock + 0.25, 3)))
+        clock += 0.25
+    return out
+
+
+def test_features_read_only_what_the_decision_may_see():
+    a, b, c = Word("hello", 0.0, 0.4), Word("there", 1.4, 1.7), Word("friend", 1.8, 2.0)
+    seen = pause_features(b, a, c, last_of_word=True, first_of_word=True)
+    assert len(seen) == N_FEATURES
+    assert seen[0] == 1.0 and seen[1] == pytest.approx(np.log1p(1.0))  # 0.1 s after "there"
+    assert seen[2] == 1.0 and seen[3] == pytest.approx(np.log1p(10.0))  # 1 s before it
+    unseen = pause_features(b, a, None, last_of_word=True, first_of_word=True)
+    assert unseen[0] == 0.0 and unseen[1] == 0.0  # k=0: the next word is not there yet
+    inside = pause_features(Word("don't", 0.0, 0.3), a, c, last_of_word=False, first_of_word=True)
+    assert inside[0] == 1.0 and inside[1] == 0.0  # "do" of "do n't": no pause inside a word
+    assert pause_features(Word("hello"), a, c, True, True) is None  # no times: no evidence
+
+
+def test_a_checkpoint_keeps_its_pause_fusion(tmp_path):
+    p = timed_model()
+    p.model.save(tmp_path)
+    (tmp_path / "vocab.txt").write_bytes((DEFAULT_CHECKPOINT / "vocab.txt").read_bytes())
+    again = Punctuator.load(tmp_path, device="cpu")
+    assert again.model.cfg.pause_hidden == 8
+    words = timed(TEXT, [0.05, 0.9, 0.0, 0.3, 1.5] * 4)
+    assert again.predict(words, 2) == p.predict(words, 2)
+
+
+def test_pauses_change_decisions_and_can_be_turned_off():
+    p = timed_model()
+    text_only = p.predict(TEXT, 2)
+    words = timed(TEXT, [0.02, 1.2, 0.0, 0.6, 2.0] * 4)
+    assert p.predict(words, 2) != text_only  # the random fusion's correction is large
+    assert p.predict(words, 2, pauses=False) == text_only
+    assert p.predict([Word(w) for w in TEXT], 2) == text_only  # words without times
+
+
+@given(
+    gaps=st.lists(st.sampled_from([0.0, 0.05, 0.2, 0.7, 2.0]), min_size=len(TEXT), max_size=len(TEXT)),
+    k=st.sampled_from([0, 1, 2, 4]),
+    engine=st.sampled_from(["masked", "window"]),
+    cut=st.integers(0, len(TEXT) - 1),
+)
+def test_a_stream_decides_as_predict_does_and_within_its_lookahead(gaps, k, engine, cut):
+    p = timed_model()
+    words = timed(TEXT, gaps)
+    s = p.stream(lookahead=k, engine=engine)
+    finals = {}
+    for i in range(0, len(words), 3):
+        for e in s.push(words[i : i + 3]):
+            if e.final:
+                finals[e.index] = e.label
+    for e in s.finish():
+        if e.final:
+            finals[e.index] = e.label
+    assert [finals[i] for i in range(len(words))] == p.predict(words, k, engine)
+    # The bound: moving the words more than k tokens after a word changes nothing of its label.
+    later = words[: cut + k + 1] + [Word(w.text, w.start + 5.0, w.end + 5.0) for w in words[cut + k + 1 :]]
+    assert p.predict(later, k, engine)[cut] == p.predict(words, k, engine)[cut]
+
+
+def test_token_features_follow_the_words_of_split_tokens():
+    words = [Word("i", 0.0, 0.1), Word("don't", 0.5, 0.8), Word("know", 1.8, 2.0)]
+    feats = token_features(words, [0, 1, 1, 2], [None] * 4)
+    assert feats[1][1] == 0.0 and feats[1][3] > 0  # "do": a pause before, none inside the word
+    assert feats[2][1] == pytest.approx(np.log1p(10.0)) and feats[2][3] == 0.0  # "n't": 1 s after
+
+
+def test_synthetic_times_pause_more_after_sentences():
+    rng = np.random.default_rng(0)
+    labels = ["O", "O", "COMMA", "O", "PERIOD"] * 400
+    words = synthetic_times(["word"] * len(labels), labels, rng)
+    gap = {lab: [] for lab in ("O", "COMMA", "PERIOD")}
+    for w, nxt, lab in zip(words, words[1:], labels):
+        assert w.start < w.end <= nxt.start
+        gap[lab].append(nxt.start - w.end)
+    assert np.mean(gap["PERIOD"]) > np.mean(gap["COMMA"]) > np.mean(gap["O"])
+
+
+def test_offsets_per_lookahead_are_tuned_for_f1():
+    from streampunct.pause_train import tune_offsets_per_slot
+    from streampunct.prosody import PauseFusion
+
+    gold = torch.tensor([1 if i % 3 == 0 else 0 for i in range(300)])
+    logits = torch.zeros(300, 4)
+    logits[:, 0] = 0.5
+    logits[gold == 1, 1] = 0.3  # the right mark, but below O: the argmax never marks
+    slots = torch.tensor([0] * 150 + [4] * 150)
+    fusion = PauseFusion(4, 8)
+    features = torch.zeros(300, N_FEATURES)
+    assert (fusion(logits, features, slots).argmax(-1) == 0).all()
+    tune_offsets_per_slot(fusion, logits, features, slots, gold)
+    assert (fusion(logits, features, slots).argmax(-1) == gold).all()
+    assert fusion.offsets[1:4].abs().sum() == 0  # no rows of those lookaheads: left alone
