@@ -510,27 +510,22 @@ def make_recordings(args, cache: Path) -> None:
 
 
 def recognise(cache: Path, force: bool, offline_models: Sequence[str] = OFFLINE_ASR) -> None:
+    """Each recogniser over every recording not yet recognised by it: the streaming one, then
+    each offline one (one model loaded at a time)."""
     names = [p.stem for p in sorted(cache.glob("*.json"))]
-    model = None
-    for name in names:
-        path = cache / f"{name}.json"
-        rec = json.loads(path.read_text())
-        if force or STREAM_ASR not in rec["streaming"]:
-            model = model or whisper(STREAM_ASR)
-            rec["streaming"][STREAM_ASR] = stream_asr(model, read_wav(Path(rec["wav"])))
-            _save(path, rec)
-            s = rec["streaming"][STREAM_ASR]
-            print(f"{name}: streamed {STREAM_ASR} in {s['seconds']} s ({s['passes']} passes)", flush=True)
-    for asr in offline_models:
+    jobs = [("streaming", STREAM_ASR, stream_asr)] + [("offline", asr, offline_asr) for asr in offline_models]
+    for kind, asr, run in jobs:
         model = None
         for name in names:
             path = cache / f"{name}.json"
             rec = json.loads(path.read_text())
-            if force or asr not in rec["offline"]:
+            if force or asr not in rec[kind]:
                 model = model or whisper(asr)
-                rec["offline"][asr] = offline_asr(model, read_wav(Path(rec["wav"])))
+                rec[kind][asr] = run(model, read_wav(Path(rec["wav"])))
                 _save(path, rec)
-                print(f"{name}: offline {asr} in {rec['offline'][asr]['seconds']} s", flush=True)
+                done = rec[kind][asr]
+                passes = f" ({done['passes']} passes)" if "passes" in done else ""
+                print(f"{name}: {kind} {asr} in {done['seconds']} s{passes}", flush=True)
 
 
 def record(args) -> None:

@@ -206,22 +206,17 @@ def cmd_prepare_conversation(args: argparse.Namespace) -> int:
 
 def cmd_train_pauses(args: argparse.Namespace) -> int:
     from .pause_train import PauseTrainConfig, train_pauses
+    from .punctuator import checkpoint_dir
 
     for path in args.train:
         if not Path(path).is_file():
             raise DataFormatError("no such file", path)
     cfg = PauseTrainConfig(
-        model=str(checkpoint_path(args.model)), train=tuple(args.train), out=args.out, segments=args.segments
+        model=str(checkpoint_dir(args.model)), train=tuple(args.train), out=args.out, segments=args.segments
     )
     train_pauses(cfg)
     print(f"checkpoint with pause fusion: {args.out}")
     return 0
-
-
-def checkpoint_path(model: str | None) -> Path:
-    from .punctuator import checkpoint_dir
-
-    return checkpoint_dir(model)
 
 
 def build_parser() -> argparse.ArgumentParser:

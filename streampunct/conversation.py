@@ -234,7 +234,7 @@ def prepare(
     out.mkdir(parents=True, exist_ok=True)
     source = fetch_chitchat(out / "cache")
     parts: dict[str, tuple[list[str], list[str]]] = {s: ([], []) for s in ("train", "dev", "test")}
-    kept = total = 0
+    kept = 0
     convos = list(chat_conversations(source))
     for key, turns in careful_conversations(convos):
         kept += 1
@@ -243,10 +243,9 @@ def prepare(
             w, lab = labeled_words(turn_text(turn))
             words += w
             labels += lab
-    total = len(convos)
     sizes = {f"chat_{s}": _write(out / f"chat_{s}.tsv", *parts[s]) for s in parts}
     sizes["chat_conversations_kept"] = kept
-    sizes["chat_conversations"] = total
+    sizes["chat_conversations"] = len(convos)
     if ted is not None:
         words, labels = read_iwslt(ted)
         # the talks at the end of the TED corpus: a run can take its plain talks from the start

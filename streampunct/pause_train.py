@@ -62,7 +62,7 @@ def _rows(model, pieces, segments, cfg, rng):
         n = len(tokens)
         for k in cfg.lookaheads:
             ahead = [None if k is None else min(k, n - 1 - t) for t in range(n)]
-            rows = token_logits(model, pieces, tokens, k, engine=cfg.engine if k is not None else "masked")
+            rows = token_logits(model, pieces, tokens, k, engine=cfg.engine)
             features = token_features(words, list(range(n)), ahead)
             logits.append(rows)
             feats.append(torch.tensor(features, dtype=torch.float32))
