@@ -13,6 +13,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
 README = Path(__file__).parent.parent / "README.md"
+PAGES = (README, README.parent / "docs" / "results.md")  # where the benchmarks' tables live
 
 
 def machine() -> dict[str, object]:
@@ -68,9 +69,12 @@ def write_json(name: str, payload: dict[str, object]) -> Path:
 
 
 def update_readme(section: str, markdown: str) -> None:
-    """Replace the text between <!-- section:start --> and <!-- section:end --> in the README."""
-    text = README.read_text()
+    """Replace the text between <!-- section:start --> and <!-- section:end --> in the README or in
+    docs/results.md, wherever the markers are."""
     pattern = re.compile(rf"(<!-- {section}:start -->\n).*?(<!-- {section}:end -->)", re.S)
-    if not pattern.search(text):
-        raise SystemExit(f"README has no <!-- {section}:start/end --> markers")
-    README.write_text(pattern.sub(lambda m: m.group(1) + markdown.rstrip() + "\n" + m.group(2), text))
+    for page in PAGES:
+        text = page.read_text()
+        if pattern.search(text):
+            page.write_text(pattern.sub(lambda m: m.group(1) + markdown.rstrip() + "\n" + m.group(2), text))
+            return
+    raise SystemExit(f"no <!-- {section}:start/end --> markers in {', '.join(p.name for p in PAGES)}")
