@@ -1,110 +1,359 @@
-"""Caption latency, live: audio streamed at real-time speed through a real server.
+"""Caption latency, live, with its breakdown: audio streamed at real-time speed through a real server.
 
-    python benchmarks/caption_latency.py --audio ../shared/data/audio [--asr-model tiny.en] [--speed 1]
+    python benchmarks/caption_latency.py --audio ../shared/data/audio --e2e-cache ../e2e_cache \\
+        [--frontends today,fast] [--asr-model tiny.en] [--lookahead 2]
 
-A `streampunct serve` process is started; jfk_16k.wav and the LJSpeech clips are each streamed to
-/v1/asr at real-time speed, one after the other. For every word: the time from its end in the
-audio to the arrival of the final, punctuated caption line that contains it (audio seconds, which
-are wall seconds at --speed 1). Median and p95 over all words, per clip and overall.
+For each front-end setting (the server's ``--asr-*`` flags, FRONTENDS) a ``streampunct serve``
+process is started with debug logs, and each input is streamed to ``/v1/asr`` at real-time speed
+in 0.25 s chunks, as the ``mic`` client sends them:
+
+- ``clips``: jfk_16k.wav and the LJSpeech clips of ``--audio``, one stream each;
+- ``long``: with ``--e2e-cache``, the espeak-ng recordings of ``benchmarks/e2e.py record``
+  (two conversations and a TED monologue, 14.6 min) joined into one continuous stream.
+
+**Latency** of a word: from its end in the audio (the recogniser's word timestamp) to the arrival,
+at the client, of that word's *final* punctuation: the moment a client can show the word with
+the mark it will keep (docs/protocol.md). Its parts, per word, in order: the audio end, the first
+hypothesis that shows the word (provisional or committed), its commit by the recogniser's policy,
+its final punctuation sent by the server (debug log) and received. The caption line that contains
+it is reported too (``caption_s``: a finished line waits for the words after it). Per
+recognition pass: its time and real-time factor (debug log).
+
+Accuracy on the same run: WER (jiwer, on normalised tokens) and punctuation micro-F1, with the
+reference marks aligned onto the recognised words by edit distance (benchmarks/e2e.py).
+Writes ``benchmarks/results/caption_latency.json``; the timelines go to ``--timelines`` (for
+``benchmarks/latency_f1.py``, which replays them for other lookaheads).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, percentile, update_readme, write_json  # noqa: E402
+from e2e import CLIP_GAP_S, compare, metrics, pool, read_wav, reference, silence, word_tokens  # noqa: E402
 
 from clients.file import load_audio, stream_file  # noqa: E402
+from streampunct.text import normalize  # noqa: E402
+
+# Front-end settings: the server's flags. "today" is the front end before issue 19.
+FRONTENDS: dict[str, str] = {
+    "today": "--asr-chunk-s 1 --asr-buffer-s 25 --asr-confident off --asr-end-of-speech-s off "
+    "--provisional-lookahead off",
+    "default": "",  # the server's defaults (server/app.py, ASR_DEFAULTS)
+    "fast": "--asr-chunk-s 0.5 --asr-buffer-s 25 --asr-confident 0.7 --asr-end-of-speech-s 0.5",
+    "next": "--asr-chunk-s 0.5 --asr-buffer-s 25 --asr-confident off --asr-end-of-speech-s 0.5 "
+    "--provisional-lookahead on",
+    "live": "--asr-chunk-s 0.5 --asr-buffer-s 6 --asr-confident 0.7 --asr-end-of-speech-s 0.5 "
+    "--provisional-lookahead on",
+    "live-agree": "--asr-chunk-s 0.5 --asr-buffer-s 6 --asr-confident off --asr-end-of-speech-s 0.5 "
+    "--provisional-lookahead on",
+}
+LONG = ("conv1", "monologue", "conv2")  # e2e recordings joined into the long stream
+STAGES = ("seen", "committed", "sent", "final")  # after the audio end, in order
 
 
-def word_latencies(result) -> list[float]:
-    ends: dict[int, float] = {}
-    out = []
-    for clock, msg in result.timeline:
-        if msg["type"] == "words":
+# --- inputs ------------------------------------------------------------------------------------
+
+
+def clip_inputs(audio_dir: Path) -> list[dict[str, Any]]:
+    clips = [audio_dir / "jfk_16k.wav", *sorted((audio_dir / "ljspeech").glob("*.wav"))]
+    return [
+        {
+            "name": c.name,
+            "set": "clips",
+            "audio": load_audio(str(c)),
+            "text": c.with_suffix(".txt").read_text(),
+        }
+        for c in clips
+    ]
+
+
+def long_input(cache: Path, names: list[str]) -> dict[str, Any]:
+    recs = [json.loads((cache / f"{name}.json").read_text()) for name in names]
+    pieces: list[np.ndarray] = []
+    for i, r in enumerate(recs):
+        pieces += [silence(CLIP_GAP_S)] * bool(i) + [read_wav(Path(r["wav"]))]
+    return {
+        "name": "+".join(names),
+        "set": "long",
+        "audio": np.concatenate(pieces),
+        "text": " ".join(r["text"] for r in recs),
+    }
+
+
+# --- one stream --------------------------------------------------------------------------------
+
+
+def _key(text: str) -> str:
+    return " ".join(normalize(text)) or text.lower()
+
+
+def word_times(timeline: list[tuple[float, dict[str, Any]]], sent: dict[int, float]) -> list[dict[str, Any]]:
+    """Per committed word: its text, audio end and the clock of each stage (audio seconds)."""
+    words: dict[int, dict[str, Any]] = {}
+    shown: list[tuple[float, str, float]] = []  # (clock, key, midpoint) of every word shown so far
+    for clock, msg in timeline:
+        kind = msg["type"]
+        if kind == "words":
+            for w in msg["provisional"] + msg["committed"]:
+                shown.append((clock, _key(w["text"]), (w["start"] + w["end"]) / 2))
             for w in msg["committed"]:
-                ends[w["index"]] = w["end"]
-        elif msg["type"] == "caption":
-            out += [clock - ends[i] for i in range(msg["first"], msg["last"] + 1) if i in ends]
+                mid, key = (w["start"] + w["end"]) / 2, _key(w["text"])
+                seen = min((c for c, k, m in shown if k == key and abs(m - mid) < 0.5), default=clock)
+                words[w["index"]] = {
+                    "text": w["text"],
+                    "start": w["start"],
+                    "end": w["end"],
+                    "seen": seen,
+                    "committed": clock,
+                }
+        elif kind == "events":
+            for e in msg["events"]:
+                if e["final"] and e["index"] in words:
+                    words[e["index"]].update(final=clock, label=e["label"])
+                    if e["index"] in sent:
+                        words[e["index"]]["sent"] = sent[e["index"]]
+        elif kind == "caption":
+            for i in range(msg["first"], msg["last"] + 1):
+                if i in words:
+                    words[i]["caption"] = clock
+    return [words[i] for i in sorted(words)]
+
+
+def server_log(
+    path: Path, started: float, first_line: int
+) -> tuple[list[dict], dict[int, float], list[dict]]:
+    """The debug log lines of one stream: its recognition passes, when each word's final
+    punctuation was sent (audio clock), and its pushes to the punctuation stream (audio clock,
+    first word, number of words, the stream's clock ``now``)."""
+    passes, sent, pushes = [], {}, []
+    for line in path.read_text().splitlines()[first_line:]:
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if entry.get("event") == "asr_pass":
+            passes.append(entry)
+        elif entry.get("event") == "final_sent":
+            for i in range(entry["first"], entry["last"] + 1):
+                sent.setdefault(i, entry["t"] - started)
+        elif entry.get("event") == "asr_push":
+            push = {"clock": entry["t"] - started, "first": entry["first"], "words": entry["words"]}
+            pushes.append({**push, "now": entry["now"], "tentative": entry.get("tentative", [])})
+    return passes, sent, pushes
+
+
+def accuracy(words: list[dict[str, Any]], text: str) -> dict[str, Any]:
+    ref_tokens, ref_labels = reference(text)
+    hyp_tokens, hyp_labels = word_tokens([w["text"] for w in words], [w.get("label", "O") for w in words])
+    c = compare(ref_tokens, ref_labels, hyp_tokens, hyp_labels)
+    c["jiwer"] = (" ".join(ref_tokens), " ".join(hyp_tokens) or "-")
+    return c
+
+
+def summarise(words: list[dict[str, Any]], passes: list[dict], parts: list[dict]) -> dict[str, Any]:
+    import jiwer
+
+    def stats(xs: list[float]) -> dict[str, float]:
+        return {
+            "median": round(statistics.median(xs), 3),
+            "p95": round(percentile(xs, 95), 3),
+            "max": round(max(xs), 3),
+        }
+
+    latency = [w["final"] - w["end"] for w in words if "final" in w]
+    caption = [w["caption"] - w["end"] for w in words if "caption" in w]
+    steps, before = {}, "end"
+    for stage in STAGES:
+        xs = [w[stage] - w[before] for w in words if stage in w and before in w]
+        steps[f"{before}->{stage}"] = stats(xs) if xs else None
+        before = stage
+    pooled = pool(parts)
+    acc = metrics(pooled)
+    return {
+        "words": len(words),
+        "latency_s": stats(latency),
+        "caption_s": stats(caption) if caption else None,
+        "breakdown_s": steps,
+        "passes": len(passes),
+        "pass_s": stats([p["seconds"] for p in passes]) if passes else None,
+        "real_time_factor": stats([p["rtf"] for p in passes if p["new_s"] > 0]) if passes else None,
+        "end_of_speech_commits": sum(p.get("end_of_speech", False) for p in passes),
+        "wer": round(100 * jiwer.wer([p["jiwer"][0] for p in parts], [p["jiwer"][1] for p in parts]), 2),
+        "micro_f1": acc["micro_f1"],
+        "per_class_f1": {c: acc[c]["f1"] for c in ("COMMA", "PERIOD", "QUESTION")},
+    }
+
+
+async def run_stream(url: str, item: dict[str, Any], config: dict[str, Any]):
+    return await stream_file(url, item["audio"], 1.0, config)
+
+
+def run_frontend(
+    name: str, flags: list[str], inputs: list[dict], args: argparse.Namespace, logdir: Path
+) -> dict:
+    log = logdir / f"{name}.log"
+    cmd = [sys.executable, "-m", "server.app", "--port", "0", "--preload-asr", "--device", "cpu"]
+    cmd += ["--asr-model", args.asr_model, "--log-level", "debug", *flags]
+    with log.open("w") as err:
+        server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+        url = server.stdout.readline().split()[-1]  # type: ignore[union-attr]
+        config = {"lookahead": args.lookahead, "max_delay_ms": args.max_delay_ms}
+        by_set: dict[str, dict[str, list]] = {}
+        timelines = []
+        try:
+            for item in inputs:
+                first_line = len(log.read_text().splitlines())
+                result = asyncio.run(run_stream(url, item, config))
+                passes, sent, pushes = server_log(log, result.started, first_line)
+                words = word_times(result.timeline, sent)
+                acc = accuracy(words, item["text"])
+                s = by_set.setdefault(item["set"], {"words": [], "passes": [], "parts": []})
+                s["words"] += words
+                s["passes"] += passes
+                s["parts"].append(acc)
+                lat = [w["final"] - w["end"] for w in words if "final" in w]
+                print(
+                    f"  {name} {item['name']}: {len(words)} words, latency median {statistics.median(lat):.2f} s "
+                    f"p95 {percentile(lat, 95):.2f} s",
+                    flush=True,
+                )
+                timelines.append(
+                    {
+                        "name": item["name"],
+                        "set": item["set"],
+                        "text": item["text"],
+                        "words": [
+                            {k: w[k] for k in ("text", "start", "end", "final")}
+                            for w in words
+                            if "final" in w
+                        ],
+                        "pushes": pushes,
+                        "end_clock": result.timeline[-1][0],
+                    }
+                )
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+    out = {
+        "flags": flags,
+        "sets": {k: summarise(v["words"], v["passes"], v["parts"]) for k, v in by_set.items()},
+    }
+    if args.timelines:
+        path = Path(args.timelines) / f"{name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"frontend": name, "flags": flags, "streams": timelines}))
     return out
+
+
+def table(payload: dict[str, Any]) -> str:
+    lines = [
+        "| front end | input | words | latency median s | p95 s | caption line median s | WER % | micro-F1 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, fe in payload["frontends"].items():
+        for set_name, s in fe["sets"].items():
+            cap = s["caption_s"]["median"] if s["caption_s"] else float("nan")
+            lines.append(
+                f"| {name} | {set_name} | {s['words']} | {s['latency_s']['median']:.2f} | {s['latency_s']['p95']:.2f} | "
+                f"{cap:.2f} | {s['wer']:.1f} | {s['micro_f1']:.1f} |"
+            )
+    m = payload["machine"]
+    lines += [
+        "",
+        f"{payload['asr_model']} int8, lookahead {payload['lookahead']}, time limit {payload['max_delay_ms']:.0f} ms, "
+        f"real-time input in 0.25 s chunks, on {m['cpu']} ({m['cores']} cores), {m['date']}. Front ends: "
+        + "; ".join(f"`{k}`: `{' '.join(v['flags'])}`" for k, v in payload["frontends"].items())
+        + ". `python benchmarks/caption_latency.py --audio ../shared/data/audio --e2e-cache ../e2e_cache`.",
+    ]
+    return "\n".join(lines)
+
+
+def breakdown(payload: dict[str, Any]) -> str:
+    """Median (p95) seconds of each stage, and the recogniser's passes."""
+    lines = [
+        "| front end | input | end → seen | seen → committed | committed → final sent | sent → received "
+        "| pass s | real-time factor | passes |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, fe in payload["frontends"].items():
+        for set_name, s in fe["sets"].items():
+            cells = [
+                f"{round(st['median'], 2) + 0.0:.2f} ({st['p95']:.2f})" if st else "-"  # no "-0.00"
+                for st in (s["breakdown_s"][f"{a}->{b}"] for a, b in zip(("end", *STAGES), STAGES))
+            ]
+            lines.append(
+                f"| {name} | {set_name} | {' | '.join(cells)} | {s['pass_s']['median']:.2f} | "
+                f"{s['real_time_factor']['median']:.2f} | {s['passes']} |"
+            )
+    return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--audio", required=True)
+    ap.add_argument("--audio", required=True, help="the shared/data/audio folder")
+    ap.add_argument("--e2e-cache", default=None, help="benchmarks/e2e.py's cache: adds the 14.6 min stream")
+    ap.add_argument(
+        "--frontends", default="today,default", help=f"comma-separated, of {', '.join(FRONTENDS)}"
+    )
+    ap.add_argument("--sets", default="clips,long", help="clips, long")
+    ap.add_argument("--long", default=",".join(LONG), help="the e2e recordings joined into the long stream")
     ap.add_argument("--asr-model", default="tiny.en")
-    ap.add_argument("--speed", type=float, default=1.0)
     ap.add_argument("--lookahead", type=int, default=2)
     ap.add_argument("--max-delay-ms", type=float, default=1500)
-    ap.add_argument("--readme", action="store_true")
+    ap.add_argument("--timelines", default=None, help="folder for the streams' timelines (for latency_f1.py)")
+    ap.add_argument("--out", default="caption_latency.json")
+    ap.add_argument("--docs", action="store_true", help="write the tables into docs/latency.md")
+    ap.add_argument(
+        "--docs-from",
+        nargs="+",
+        metavar="JSON",
+        help="write docs/latency.md's tables from these results, run nothing",
+    )
     args = ap.parse_args()
 
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "server.app",
-            "--port",
-            "0",
-            "--preload-asr",
-            "--asr-model",
-            args.asr_model,
-            "--device",
-            "cpu",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    url = server.stdout.readline().split()[-1]  # type: ignore[union-attr]
-    audio_dir = Path(args.audio)
-    clips = [audio_dir / "jfk_16k.wav", *sorted((audio_dir / "ljspeech").glob("*.wav"))]
-    config = {"lookahead": args.lookahead, "max_delay_ms": args.max_delay_ms}
-    per_clip, all_words = [], []
-    try:
-        for clip in clips:
-            result = asyncio.run(stream_file(url, load_audio(str(clip)), args.speed, config))
-            lat = word_latencies(result)
-            all_words += lat
-            per_clip.append(
-                {"clip": clip.name, "words": len(lat), "median_s": statistics.median(lat), "max_s": max(lat)}
-            )
-            print(
-                f"{clip.name}: {len(lat)} words, median {statistics.median(lat):.2f} s, max {max(lat):.2f} s",
-                flush=True,
-            )
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-    payload = {
+    if args.docs_from:  # several runs side by side (each front end keeps its own machine and date)
+        runs = [json.loads(Path(p).read_text()) for p in args.docs_from]
+        merged = {**runs[0], "frontends": {k: v for r in runs for k, v in r["frontends"].items()}}
+        update_readme("latency", table(merged))
+        update_readme("breakdown", breakdown(merged))
+        return
+    sets = args.sets.split(",")
+    inputs = clip_inputs(Path(args.audio)) if "clips" in sets else []
+    if "long" in sets and args.e2e_cache:
+        inputs.append(long_input(Path(args.e2e_cache), args.long.split(",")))
+    payload: dict[str, Any] = {
         "machine": machine(),
         "asr_model": args.asr_model,
-        "speed": args.speed,
         "lookahead": args.lookahead,
         "max_delay_ms": args.max_delay_ms,
-        "words": len(all_words),
-        "median_s": statistics.median(all_words),
-        "p95_s": percentile(all_words, 95),
-        "max_s": max(all_words),
-        "clips": per_clip,
+        "frontends": {},
     }
-    print(f"all: {len(all_words)} words, median {payload['median_s']:.2f} s, p95 {payload['p95_s']:.2f} s")
-    print(f"wrote {write_json('caption_latency.json', payload)}")
-    if args.readme:
-        m = payload["machine"]
-        update_readme(
-            "latency",
-            f"Caption latency (word end in the audio to its final punctuated caption), {payload['words']} words of "
-            f"jfk + 16 LJSpeech clips streamed live: **median {payload['median_s']:.2f} s, p95 {payload['p95_s']:.2f} s**, "
-            f"max {payload['max_s']:.2f} s; {args.asr_model}, int8, lookahead {args.lookahead}, time limit "
-            f"{args.max_delay_ms:.0f} ms, on {m['cpu']} ({m['cores']} cores), {m['date']}. "
-            "`python benchmarks/caption_latency.py --audio ../shared/data/audio`.",
-        )
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.frontends.split(","):
+            print(f"front end {name}: {FRONTENDS[name]}", flush=True)
+            payload["frontends"][name] = run_frontend(name, FRONTENDS[name].split(), inputs, args, Path(tmp))
+            for set_name, s in payload["frontends"][name]["sets"].items():
+                print(
+                    f"{name} {set_name}: latency median {s['latency_s']['median']:.2f} s p95 {s['latency_s']['p95']:.2f} s; "
+                    f"WER {s['wer']:.1f}; micro-F1 {s['micro_f1']:.1f}; {s['breakdown_s']}",
+                    flush=True,
+                )
+    print(f"wrote {write_json(args.out, payload)}")
+    if args.docs:
+        update_readme("latency", table(payload))
+        update_readme("breakdown", breakdown(payload))
 
 
 if __name__ == "__main__":

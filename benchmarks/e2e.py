@@ -410,11 +410,7 @@ def stream_asr(model, audio: np.ndarray) -> dict:
         rec.feed(chunk, now=clock)
         while rec.ready():
             hyp = rec.process(now=clock)
-            asr_clock = (
-                hyp.provisional[0].start
-                if hyp.provisional and hyp.provisional[0].start is not None
-                else rec.processed_until
-            )
+            asr_clock = rec.processed_until if hyp.complete_until is None else hyp.complete_until
             batches.append(
                 {
                     "clock": round(clock, 3),

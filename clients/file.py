@@ -62,6 +62,7 @@ class Result:
     latencies: list[float] = field(default_factory=list)  # per caption, audio seconds
     timeline: list[tuple[float, dict[str, Any]]] = field(default_factory=list)  # (audio clock, message)
     end: dict[str, Any] = field(default_factory=dict)
+    started: float = 0.0  # time.monotonic() when the first audio was sent (audio clock 0)
 
 
 async def stream_file(
@@ -73,7 +74,7 @@ async def stream_file(
     ws, _ = await open_stream(url, "/v1/asr", config)
     pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
     step = int(CHUNK_S * 16000) * 2
-    result = Result()
+    result = Result(started=time.monotonic())
     t0 = time.perf_counter()
     pace = speed if speed > 0 else float("inf")
 

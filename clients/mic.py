@@ -2,8 +2,8 @@
 
     python -m clients.mic [--url ws://127.0.0.1:8765] [--lookahead 2] [--out captions]
 
-Speak; the line being spoken shows dim (provisional words), and each caption line turns bright once
-its punctuation is final. Ctrl-C ends the stream: the server finalises what was said, and
+Speak; the line being spoken shows each word in bright with its mark as soon as its punctuation is
+final, the recogniser's guess after them dim; finished caption lines scroll up. Ctrl-C ends the stream: the server finalises what was said, and
 ``OUT.srt`` and ``OUT.vtt`` (default ``captions``) are written. A session lost on the way (the server
 failed or the connection dropped) still writes the captions received, says what happened in one
 line and exits with status 1.
@@ -40,32 +40,50 @@ DIM, BRIGHT, RESET, CLEAR = "\033[2m", "\033[1m", "\033[0m", "\r\033[K"
 
 
 class Screen:
-    """Final captions scroll up in bright; the line in progress is redrawn in place, dim."""
+    """Final captions scroll up in bright; the line in progress is redrawn in place: each word in
+    bright with its mark as soon as its punctuation is final, recognised words not final yet in
+    normal, the recogniser's provisional guess dim."""
 
     def __init__(self, out: Any = sys.stdout):
         self.out = out
-        self.committed: list[str] = []  # recognised words not yet in a caption
+        self.committed: dict[int, tuple[str, str | None]] = {}  # not yet in a caption: text, final mark
         self.provisional: list[str] = []
+        self.sentence_start = True
 
     def words(self, msg: dict[str, Any]) -> None:
-        self.committed += [w["text"] for w in msg["committed"]]
+        for w in msg["committed"]:
+            self.committed[w["index"]] = (w["text"], None)
         self.provisional = [w["text"] for w in msg["provisional"]]
         self.redraw()
 
+    def events(self, msg: dict[str, Any]) -> None:
+        for e in msg["events"]:
+            if e["final"] and e["index"] in self.committed:
+                self.committed[e["index"]] = (self.committed[e["index"]][0], e["mark"])
+        self.redraw()
+
     def caption(self, c: Caption) -> None:
-        self.committed = self.committed[c.last - c.first + 1 :]
+        for i in range(c.first, c.last + 1):
+            self.committed.pop(i, None)
+        self.sentence_start = c.text.endswith((".", "?", "!"))
         self.out.write(f"{CLEAR}{BRIGHT}{c.text}{RESET}\n")
         self.redraw()
 
+    def line(self) -> str:
+        """The line in progress, with its escape codes."""
+        parts, start = [], self.sentence_start
+        for text, mark in self.committed.values():
+            if mark is None:
+                parts.append(text)
+                continue
+            if start:
+                text = text[:1].upper() + text[1:]
+            parts.append(f"{BRIGHT}{text}{mark}{RESET}")
+            start = mark in (".", "?")
+        return " ".join(parts + [DIM + " ".join(self.provisional) + RESET])
+
     def redraw(self) -> None:
-        line = (
-            " ".join(self.committed)
-            + (" " if self.committed else "")
-            + DIM
-            + " ".join(self.provisional)
-            + RESET
-        )
-        self.out.write(CLEAR + line[-300:])
+        self.out.write(CLEAR + self.line()[-400:])
         self.out.flush()
 
 
@@ -90,6 +108,8 @@ async def main(args: argparse.Namespace) -> int:
         async for msg in messages(ws):
             if msg["type"] == "words":
                 screen.words(msg)
+            elif msg["type"] == "events":
+                screen.events(msg)
             elif msg["type"] == "caption":
                 captions.append(caption_of(msg))
                 screen.caption(captions[-1])

@@ -35,12 +35,23 @@ from websockets.http11 import Request, Response
 
 from server import protocol as P
 from streampunct import Punctuator, StreamPunctError
-from streampunct.asr import SAMPLE_RATE, Hypothesis, StreamingRecognizer
+from streampunct.asr import SAMPLE_RATE, Hypothesis, StreamingRecognizer, is_silence
 from streampunct.captions import Captioner
 from streampunct.scheduler import Batcher
 from streampunct.types import PunctEvent, Word
 
 PAGE = Path(__file__).parent / "page" / "index.html"
+
+# The live front end's settings (docs/latency.md measures them): a pass once half a second of new
+# audio waits and the last pass has ended, commits when two passes agree (LocalAgreement-2) and at
+# the end of speech; the provisional words are not used as lookahead (faster, but less accurate).
+ASR_DEFAULTS: dict[str, Any] = {
+    "min_chunk_s": 0.5,
+    "max_buffer_s": 25.0,
+    "confident": None,
+    "end_of_speech_s": 0.5,
+    "provisional_lookahead": "off",
+}
 log = logging.getLogger("streampunct.server")
 
 
@@ -71,11 +82,16 @@ class App:
         max_streams: int = 64,
         asr_model: str | None = None,
         asr_device: str = "auto",
+        asr_options: dict[str, Any] | None = None,
+        provisional_lookahead: bool = False,
     ):
         self.punctuator = punctuator
         self.max_streams = max_streams
         self.asr_model_name = asr_model
         self.asr_device = asr_device
+        self.asr_options = asr_options or {}  # StreamingRecognizer's commit settings
+        # the recogniser's provisional words as lookahead for the committed ones (never final)
+        self.provisional_lookahead = provisional_lookahead
         self.batcher = Batcher()
         self.asr_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr")
         self._whisper: Any = None
@@ -309,11 +325,17 @@ class AsrSession(Session):
         self.wake = asyncio.Event()  # audio arrived, or the stream ends
         self.progress = asyncio.Event()  # a pass ended, or the recognition task did
         self.ending = False  # no more audio: recognise what waits, then stop
+        self.received = 0  # samples received: the stream time of the audio's end
+        # Stream time up to which no word waits uncommitted (the last pass committed all it heard,
+        # and the VAD heard no speech in the audio since): the punctuation stream's clock runs
+        # with each silent chunk, so time limits fire on time in a pause. None: speech may wait.
+        # Part of deciding at pauses: on when the recogniser's end_of_speech_s is set.
+        self.quiet_until: float | None = None
         self.recognition: asyncio.Task[None] | None = None
 
     async def configure(self, msg: dict[str, Any]) -> None:
         cfg = P.parse_config(msg, audio=True)
-        self.recognizer = StreamingRecognizer(await self.app.whisper())
+        self.recognizer = StreamingRecognizer(await self.app.whisper(), **self.app.asr_options)
         self.stream = self.app.punctuator.stream(cfg.lookahead, cfg.max_delay_ms, cfg.engine)
         self.captioner = Captioner()
         self.ends: dict[int, float] = {}  # word end times of words not final yet
@@ -334,7 +356,9 @@ class AsrSession(Session):
             audio = np.frombuffer(message, dtype="<i2").astype(np.float32) / 32768.0
             self.inbox.append((audio, time.monotonic()))
             self.inbox_samples += len(audio)
+            self.received += len(audio)
             self.wake.set()
+            await self.hear(audio)
             await self.make_room()
             return False
         msg = P.parse(message)
@@ -355,6 +379,17 @@ class AsrSession(Session):
         while self.inbox_samples + self.backlog > limit and self.recognition and not self.recognition.done():
             self.progress.clear()
             await self.progress.wait()
+
+    async def hear(self, audio: np.ndarray) -> None:
+        """A chunk arrived: while quiet, a silent chunk moves the punctuation stream's clock on to
+        its end (time limits fire in the pause); a chunk with speech ends the quiet."""
+        if self.quiet_until is None:
+            return
+        if len(audio) and is_silence(audio):
+            self.quiet_until = self.received / SAMPLE_RATE
+            await self.emit(await self.app.batcher.tick(self.stream, self.quiet_until))
+        else:
+            self.quiet_until = None
 
     def feed_inbox(self) -> None:
         """Hand the queued audio to the recogniser: only between passes (it is not thread-safe)."""
@@ -426,21 +461,55 @@ class AsrSession(Session):
                 end=round(skip.end, 3),
             )
             await self.send(P.lag(skip))
-        await self.words(hyp.committed, hyp.provisional)
+        if hyp.pass_ is not None and log.isEnabledFor(logging.DEBUG):
+            p = hyp.pass_
+            _log(
+                logging.DEBUG,
+                "asr_pass",
+                session=self.id,
+                t=round(time.monotonic(), 4),
+                seconds=round(p.seconds, 4),
+                buffer_s=round(p.buffer_s, 3),
+                new_s=round(p.new_s, 3),
+                rtf=round(p.real_time_factor, 3),
+                committed=len(hyp.committed),
+                provisional=len(hyp.provisional),
+                end_of_speech=p.end_of_speech,
+            )
+        await self.words(hyp.committed, hyp.provisional, hyp.complete_until)
+        self.quiet_until = None
+        if hyp.pass_ is not None and not hyp.provisional and self.recognizer.end_of_speech_s is not None:
+            # every word heard is committed: quiet if nothing was said since the pass's audio
+            since = self.recognizer.waiting + [a for a, _ in self.inbox]
+            heard = np.concatenate(since) if since else np.zeros(0, dtype=np.float32)
+            if not len(heard) or is_silence(heard):
+                self.quiet_until = self.received / SAMPLE_RATE
+                await self.emit(await self.app.batcher.tick(self.stream, self.quiet_until))
 
-    async def words(self, committed: list[Word], provisional: list[Word]) -> None:
+    async def words(self, committed: list[Word], provisional: list[Word], now: float | None = None) -> None:
+        """Send the recogniser's words and push the committed ones to the punctuation stream.
+        ``now``: stream time up to which every word is committed (the stream's clock for time
+        limits); None: all the audio recognised so far."""
         first = self.stream.n_words
         self.captioner.add_words(first, committed)
         for i, w in enumerate(committed):
             self.ends[first + i] = w.end or 0.0
         self.words_in += len(committed)
-        # The recogniser's clock for time limits: words are complete up to its current guess.
-        now = (
-            provisional[0].start
-            if provisional and provisional[0].start is not None
-            else self.recognizer.processed_until
-        )
-        events = await self.app.batcher.push(self.stream, committed, now=now)
+        if now is None:
+            now = self.recognizer.processed_until
+        guess = provisional if self.app.provisional_lookahead else []
+        if log.isEnabledFor(logging.DEBUG):
+            _log(
+                logging.DEBUG,
+                "asr_push",
+                session=self.id,
+                t=round(time.monotonic(), 4),
+                first=first,
+                words=len(committed),
+                now=round(now, 3),
+                tentative=[P.word_dict(w) for w in guess],
+            )
+        events = await self.app.batcher.push(self.stream, committed, now=now, tentative=guess)
         if committed or provisional:
             await self.send(
                 {
@@ -453,6 +522,16 @@ class AsrSession(Session):
 
     async def emit(self, events: list[PunctEvent], flush: bool = False) -> None:
         await self.send_events(events)
+        final = [e.index for e in events if e.final]
+        if final and log.isEnabledFor(logging.DEBUG):
+            _log(
+                logging.DEBUG,
+                "final_sent",
+                session=self.id,
+                t=round(time.monotonic(), 4),
+                first=final[0],
+                last=final[-1],
+            )
         for e in events:
             if e.final:
                 end = self.ends.pop(e.index, None)
@@ -523,6 +602,15 @@ async def run_server(app: App, host: str, port: int, ready: asyncio.Event | None
     _log(logging.INFO, "stopped")
 
 
+def _number_or_off(value: str) -> float | None:
+    if value == "off":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number or off, not {value!r}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="streampunct serve", description="Run the streampunct websocket server."
@@ -543,6 +631,40 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="load the speech model at start, not at the first /v1/asr stream",
     )
+    ap.add_argument(
+        "--asr-chunk-s",
+        type=float,
+        default=ASR_DEFAULTS["min_chunk_s"],
+        help="new audio (s) that starts a recognition pass, once the last one has ended (default %(default)s)",
+    )
+    ap.add_argument(
+        "--asr-buffer-s",
+        type=float,
+        default=ASR_DEFAULTS["max_buffer_s"],
+        help="most audio (s) the recogniser re-transcribes: past half of it, the buffer is trimmed at a "
+        "committed sentence end; past all of it, at the last committed word (default %(default)s)",
+    )
+    ap.add_argument(
+        "--asr-confident",
+        type=_number_or_off,
+        default=ASR_DEFAULTS["confident"],
+        help="commit a word on first sight at this recogniser probability (0 to 1, or off: only when two "
+        "passes agree; default %(default)s)",
+    )
+    ap.add_argument(
+        "--asr-end-of-speech-s",
+        type=_number_or_off,
+        default=ASR_DEFAULTS["end_of_speech_s"],
+        help="silence (s) after the last word that commits the recogniser's whole guess (or off; "
+        "default %(default)s)",
+    )
+    ap.add_argument(
+        "--provisional-lookahead",
+        choices=("on", "off"),
+        default=ASR_DEFAULTS["provisional_lookahead"],
+        help="on /v1/asr, the recogniser's provisional words serve as lookahead for the committed words "
+        "before them (their marks become final sooner); never final themselves (default %(default)s)",
+    )
     ap.add_argument("--max-streams", type=int, default=64)
     ap.add_argument("--log-level", default="info")
     args = ap.parse_args(argv)
@@ -555,8 +677,20 @@ def main(argv: list[str] | None = None) -> int:
         punctuator = Punctuator.load(args.model, device=args.device)
 
         async def start() -> None:
+            options = {
+                "min_chunk_s": args.asr_chunk_s,
+                "trim_after_s": args.asr_buffer_s / 2,
+                "max_buffer_s": args.asr_buffer_s,
+                "confident": args.asr_confident,
+                "end_of_speech_s": args.asr_end_of_speech_s,
+            }
             app = App(
-                punctuator, max_streams=args.max_streams, asr_model=args.asr_model, asr_device=args.device
+                punctuator,
+                max_streams=args.max_streams,
+                asr_model=args.asr_model,
+                asr_device=args.device,
+                asr_options=options,
+                provisional_lookahead=args.provisional_lookahead == "on",
             )
             if args.preload_asr:
                 await app.whisper()

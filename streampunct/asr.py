@@ -9,6 +9,13 @@ sentence end, which the caller reports from streampunct's own periods
 committed word. Whisper's casing and punctuation travel with the words; streampunct's normalisation
 strips them before the punctuator sees them.
 
+Committing sooner (both optional; docs/latency.md measures them). ``confident``: a word the
+recogniser is sure of (its probability), whose audio ended ``LocalAgreement.margin_s`` before the
+audio heard, is committed on first sight. ``end_of_speech_s``: when a pass's last word ended that
+long before the audio heard and the voice activity detector faster-whisper ships (Silero) hears
+no speech since, the whole hypothesis is committed at once: no second hypothesis comes to agree
+with it in a pause. Each pass reports its time and real-time factor (:class:`Pass`).
+
 Falling behind. Recognition is *behind* when audio that is due has waited more than ``max_lag_s``
 (default 8 s) without being recognised. Audio is due once real time has reached it: the caller
 passes its clock as ``now`` to ``feed()`` and ``process()``, and audio at stream time ``t`` is due
@@ -42,6 +49,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,7 +64,9 @@ __all__ = [
     "LocalAgreement",
     "StreamingRecognizer",
     "Hypothesis",
+    "Pass",
     "Skip",
+    "is_silence",
     "load_whisper",
     "resolve_asr_model",
     "SAMPLE_RATE",
@@ -71,14 +81,29 @@ def _key(text: str) -> str:
 
 @dataclass
 class LocalAgreement:
-    """Commit the longest common prefix of the last two hypotheses (LocalAgreement-2)."""
+    """Commit the longest common prefix of the last two hypotheses (LocalAgreement-2).
+
+    ``confident``: also commit a word on first sight, without waiting for a second hypothesis,
+    when the recogniser's probability for it and for every uncommitted word before it is at
+    least this, and its audio ends ``margin_s`` before the end of the audio heard (the last words
+    of a hypothesis are the ones a recogniser still changes). None: LocalAgreement-2 only.
+    """
 
     committed: list[Word] = field(default_factory=list)  # committed words still in the audio buffer
     previous: list[Word] = field(default_factory=list)  # the last hypothesis, beyond the commits
     last_end: float = 0.0  # end of the last committed word
+    confident: float | None = None
+    margin_s: float = 0.25
 
-    def update(self, hypothesis: list[Word]) -> list[Word]:
-        """Take a new hypothesis (absolute times); return the words it newly commits."""
+    def update(
+        self,
+        hypothesis: list[Word],
+        probabilities: list[float] | None = None,
+        heard_until: float | None = None,
+    ) -> list[Word]:
+        """Take a new hypothesis (absolute times; ``probabilities``: the recogniser's, per word;
+        ``heard_until``: the end of the audio it was made from); return the words it newly commits."""
+        sure = dict(zip(map(id, hypothesis), probabilities or []))
         # Words after the last commit: judged by their midpoint, as Whisper's word times jitter
         # between hypotheses; committed words that a hypothesis restates are dropped by content.
         new = [
@@ -91,11 +116,27 @@ class LocalAgreement:
         while new and self.previous and _key(new[0].text) == _key(self.previous[0].text):
             commit.append(new.pop(0))
             self.previous.pop(0)
+        if self.confident is not None and heard_until is not None:
+            while (
+                new
+                and sure.get(id(new[0]), 0.0) >= self.confident
+                and new[0].end is not None
+                and new[0].end <= heard_until - self.margin_s
+            ):
+                commit.append(new.pop(0))
         self.previous = new
-        if commit:
-            self.committed.extend(commit)
-            self.last_end = commit[-1].end or self.last_end
-        return commit
+        return self._commit(commit)
+
+    def settle(self) -> list[Word]:
+        """Commit the whole last hypothesis as it stands (the end of speech, or of the stream)."""
+        rest, self.previous = self.previous, []
+        return self._commit(rest)
+
+    def _commit(self, words: list[Word]) -> list[Word]:
+        if words:
+            self.committed.extend(words)
+            self.last_end = words[-1].end or self.last_end
+        return words
 
     def _drop_repeated_commits(self, new: list[Word]) -> list[Word]:
         """A hypothesis may restate the last committed words (up to 5) at its start: drop them."""
@@ -130,6 +171,28 @@ class Hypothesis:
     committed: list[Word]  # newly committed, in order; never revised
     provisional: list[Word]  # the current guess after them, for display
     skipped: Skip | None = None  # audio skipped before this pass to catch up (module docstring)
+    pass_: Pass | None = None  # the transcription that made it (None: a catch-up, or the end)
+
+    @property
+    def complete_until(self) -> float | None:
+        """Stream time up to which every word is committed: the start of the first provisional
+        word (None when there is none: then all the audio heard)."""
+        return self.provisional[0].start if self.provisional else None
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One ``transcribe()`` call: how long it took and on how much audio."""
+
+    seconds: float  # wall time of the call
+    buffer_s: float  # audio transcribed (the rolling buffer)
+    new_s: float  # audio new to this pass
+    end_of_speech: bool  # the pass ended in silence and committed the whole hypothesis
+
+    @property
+    def real_time_factor(self) -> float:
+        """Wall time per second of new audio: under 1 keeps up with real time."""
+        return self.seconds / self.new_s if self.new_s else float("inf")
 
 
 class StreamingRecognizer:
@@ -146,6 +209,8 @@ class StreamingRecognizer:
         max_lag_s: float | None = 8.0,
         resume_s: float = 2.0,
         beam_size: int = 1,
+        confident: float | None = None,
+        end_of_speech_s: float | None = None,
     ):
         if max_lag_s is not None and not 0 <= resume_s < max_lag_s:
             raise StreamPunctError(f"resume_s must be from 0 to max_lag_s ({max_lag_s}), got {resume_s}")
@@ -157,11 +222,13 @@ class StreamingRecognizer:
         self.max_lag_s = max_lag_s  # None: never skip
         self.resume_s = resume_s
         self.beam_size = beam_size
+        self.confident = confident  # LocalAgreement's first-sight commit (None: off)
+        self.end_of_speech_s = end_of_speech_s  # silence after the hypothesis that commits it (None: off)
         self.audio = np.zeros(0, dtype=np.float32)  # the buffer that is transcribed
         self.offset = 0.0  # stream time of the buffer's first sample
         self.waiting: list[np.ndarray] = []  # audio fed after the buffer, not transcribed yet
         self.unprocessed = 0  # samples in ``waiting``
-        self.policy = LocalAgreement()
+        self.policy = self._policy(0.0)
         self.history: list[str] = []  # committed text that left the buffer, for the prompt
         self.skipped: list[Skip] = []  # every skip, in order
         self._sentence_end = 0.0
@@ -200,15 +267,38 @@ class StreamingRecognizer:
 
     def process(self, now: float | None = None) -> Hypothesis:
         """Catch up if behind; transcribe the buffer with the due audio; commit what two
-        hypotheses agree on; trim the buffer."""
+        hypotheses agree on (and, as configured, confident words on first sight and the whole
+        hypothesis at the end of speech); trim the buffer."""
         caught_up = self.catch_up(now)
         due = self.lag(now) * SAMPLE_RATE
-        self._take(max(int(round(due)), int(self.min_chunk_s * SAMPLE_RATE)))
-        committed = self.policy.update(self._transcribe())
+        new = self._take(max(int(round(due)), int(self.min_chunk_s * SAMPLE_RATE)))
+        t0 = time.perf_counter()
+        words, probabilities = self._transcribe()
+        seconds = time.perf_counter() - t0
+        committed = self.policy.update(words, probabilities, self.processed_until)
+        pause = self._ends_in_silence(words)
+        if pause:
+            committed += self.policy.settle()
+        stats = Pass(seconds, len(self.audio) / SAMPLE_RATE, new / SAMPLE_RATE, pause)
         self._trim()
         if caught_up is None:
-            return Hypothesis(committed, self.policy.pending())
-        return Hypothesis(caught_up.committed + committed, self.policy.pending(), caught_up.skipped)
+            return Hypothesis(committed, self.policy.pending(), pass_=stats)
+        return Hypothesis(caught_up.committed + committed, self.policy.pending(), caught_up.skipped, stats)
+
+    def _policy(self, last_end: float) -> LocalAgreement:
+        return LocalAgreement(last_end=last_end, confident=self.confident)
+
+    def _ends_in_silence(self, words: list[Word]) -> bool:
+        """Speech ended: the hypothesis has words after the commits, the last ended at least
+        ``end_of_speech_s`` before the end of the audio heard, and faster-whisper's VAD (Silero)
+        hears no speech in that last stretch (a word's end time can be early: the VAD has the
+        last word on what is sound)."""
+        if self.end_of_speech_s is None or not self.policy.previous:
+            return False
+        last = words[-1].end if words[-1].end is not None else self.processed_until
+        if self.processed_until - last < self.end_of_speech_s:
+            return False
+        return is_silence(self.audio[-round(self.end_of_speech_s * SAMPLE_RATE) :])
 
     def catch_up(self, now: float | None = None) -> Hypothesis | None:
         """Behind by more than ``max_lag_s``: commit the last hypothesis and skip to recent audio
@@ -217,45 +307,45 @@ class StreamingRecognizer:
         report the skip at once."""
         if self.max_lag_s is None or self.lag(now) <= self.max_lag_s:
             return None
-        committed = self.policy.pending()
+        committed = self.policy.settle()
         start = self.processed_until
         samples = round((self._due_until(now) - self.resume_s - start) * SAMPLE_RATE)  # < unprocessed
-        self.history.extend(w.text for w in self.policy.committed + committed)
+        self.history.extend(w.text for w in self.policy.committed)
         del self.history[:-60]
         waiting = np.concatenate(self.waiting)[samples:]
         self.waiting, self.unprocessed = [waiting], len(waiting)
         self.audio = np.zeros(0, dtype=np.float32)
         self.offset = start + samples / SAMPLE_RATE  # exact: whole samples, no drift
-        self.policy = LocalAgreement(last_end=self.offset)
+        self.policy = self._policy(self.offset)
         self.skipped.append(Skip(start, self.offset))
         return Hypothesis(committed, [], self.skipped[-1])
 
     def finish(self) -> list[Word]:
         """End of audio: transcribe what is left and commit all of it."""
         self._take(self.unprocessed)
-        rest = self.policy.update(self._transcribe()) if len(self.audio) else []
-        rest += self.policy.pending()
-        self.policy.previous = []
-        return rest
+        rest = self.policy.update(*self._transcribe()) if len(self.audio) else []
+        return rest + self.policy.settle()
 
     def _due_until(self, now: float | None) -> float:
         if now is None or self._anchor is None:
             return self.duration
         return min(self.duration, now - self._anchor)
 
-    def _take(self, samples: int) -> None:
-        """Move up to ``samples`` of the waiting audio into the buffer."""
+    def _take(self, samples: int) -> int:
+        """Move up to ``samples`` of the waiting audio into the buffer; how many moved."""
         if not self.waiting or samples <= 0:
-            return
+            return 0
         waiting = np.concatenate(self.waiting)
         self.audio = np.concatenate([self.audio, waiting[:samples]])
         rest = waiting[samples:]
         self.waiting = [rest] if len(rest) else []
         self.unprocessed = len(rest)
+        return len(waiting) - len(rest)
 
-    def _transcribe(self) -> list[Word]:
+    def _transcribe(self) -> tuple[list[Word], list[float]]:
+        """The buffer's words (stream times) and the recogniser's probability for each."""
         if len(self.audio) < SAMPLE_RATE // 10:
-            return []
+            return [], []
         prompt = " ".join(self.history)[-200:] or None
         segments, _ = self.model.transcribe(
             self.audio,
@@ -266,12 +356,13 @@ class StreamingRecognizer:
             beam_size=self.beam_size,
             condition_on_previous_text=False,
         )
-        words = []
+        words, probabilities = [], []
         for seg in segments:
             for w in seg.words or []:
                 if w.word.strip():
                     words.append(Word(w.word.strip(), self.offset + w.start, self.offset + w.end))
-        return words
+                    probabilities.append(w.probability)
+        return words, probabilities
 
     def _trim(self) -> None:
         length = len(self.audio) / SAMPLE_RATE
@@ -291,6 +382,13 @@ class StreamingRecognizer:
         self.policy.forget_before(cut)
         self.audio = self.audio[samples:]
         self.offset += samples / SAMPLE_RATE  # exact: whole samples, no drift
+
+
+def is_silence(audio: np.ndarray) -> bool:
+    """No speech in ``audio`` (16 kHz), by the voice activity detector faster-whisper ships (Silero)."""
+    from faster_whisper.vad import VadOptions, get_speech_timestamps
+
+    return not get_speech_timestamps(audio, VadOptions(min_silence_duration_ms=100, speech_pad_ms=0))
 
 
 def resolve_asr_model(name: str | None) -> str:

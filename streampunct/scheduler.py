@@ -51,7 +51,7 @@ class Job:
     @property
     def size(self) -> int:
         """Words the job adds (at least 1: a tick or a finish is work too)."""
-        return max(1, len(getattr(self.call, "words", ())))
+        return max(1, len(getattr(self.call, "words", ())) + len(getattr(self.call, "tentative", ())))
 
 
 def run_batch(jobs: Sequence[Job]) -> list[list[PunctEvent] | Exception]:
@@ -110,12 +110,22 @@ class Batcher:
         self.last_fault: str | None = None
 
     async def push(
-        self, stream: PunctStream, words: Iterable[str | Word], now: float | None = None
+        self,
+        stream: PunctStream,
+        words: Iterable[str | Word],
+        now: float | None = None,
+        tentative: Iterable[str | Word] = (),
     ) -> list[PunctEvent]:
+        """``tentative`` (the recogniser's guess after the words) goes with the last job."""
         words, n, events = list(words), self.max_job_words, []
         for i in range(0, max(1, len(words)), n):
             last = i + n >= len(words)
-            events += await self._submit(Job(stream, Push(tuple(words[i : i + n]), now if last else None)))
+            push = (
+                Push(tuple(words[i : i + n]), now, tuple(tentative))
+                if last
+                else Push(tuple(words[i : i + n]))
+            )
+            events += await self._submit(Job(stream, push))
         return events
 
     async def revise(

@@ -14,6 +14,10 @@ deadline. Without time limits firing, the final labels equal ``Punctuator.predic
 lookahead=k)`` word for word. How a label is computed is the engine's business
 (:mod:`streampunct.engines`): the stream holds the words and asks its engine for every decision.
 
+A push may also carry the recogniser's current guess after its words (``tentative``): lookahead
+for the words before it, never final, replaced by the next call. Their marks become final sooner,
+decided on that guess (docs/latency.md measures what it costs).
+
 Lookahead counts the model's tokens, which are IWSLT words: a recogniser word such as "don't" is
 two of them ("do n't"), and "--" is none (it is labelled O).
 
@@ -66,10 +70,15 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Push:
-    """New words, after the ones the stream has; ``now``: the recogniser's clock, if ahead of them."""
+    """New words, after the ones the stream has; ``now``: the recogniser's clock, if ahead of them.
+
+    ``tentative``: the recogniser's guess after them, which it may still change (its provisional
+    words). They serve as lookahead for the words before them, are never final themselves, get
+    no events, and are replaced by the next call's (any call but a tick drops them)."""
 
     words: tuple[str | Word, ...]
     now: float | None = None
+    tentative: tuple[str | Word, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -126,8 +135,9 @@ class PunctStream:
         self.pauses = pauses and engine.model.pause_fusion is not None
         self.pieces = pieces
         self._engine = engine.stream(policy.words, tagger)
-        self._words: list[Word] = []  # words from _word_base on
+        self._words: list[Word] = []  # words from _word_base on; the last _tentative are tentative
         self._word_base = 0
+        self._tentative = 0
         self._tok_word: list[int] = []  # each token's word index, from _tok_base on
         self._tok_label: list[int] = []  # final tokens' labels, from _tok_base on
         self._tok_base = 0
@@ -142,16 +152,20 @@ class PunctStream:
 
     @property
     def n_words(self) -> int:
-        return self._word_base + len(self._words)
+        """Words pushed so far (tentative words not counted)."""
+        return self._word_base + len(self._words) - self._tentative
 
     @property
     def n_final(self) -> int:
         """Words ``0 .. n_final - 1`` are final."""
         return self._final_words
 
-    def push(self, words: Iterable[str | Word], now: float | None = None) -> list[PunctEvent]:
-        """Add words; ``now`` (s) is the recogniser's clock, if it is ahead of the words' ends."""
-        return self.run(Push(tuple(words), now))
+    def push(
+        self, words: Iterable[str | Word], now: float | None = None, tentative: Iterable[str | Word] = ()
+    ) -> list[PunctEvent]:
+        """Add words; ``now`` (s) is the recogniser's clock, if it is ahead of the words' ends;
+        ``tentative``: the recogniser's guess after them, lookahead only (see :class:`Push`)."""
+        return self.run(Push(tuple(words), now, tuple(tentative)))
 
     def revise(self, index: int, words: Iterable[str | Word], now: float | None = None) -> list[PunctEvent]:
         """Replace the words from ``index`` on (none of them final yet) by ``words``."""
@@ -189,8 +203,12 @@ class PunctStream:
         ):
             raise InputError(f"now must be a number of seconds on the recogniser's clock, got {now!r}")
         if isinstance(call, Push):
-            for w in [self._as_word(w) for w in call.words]:
+            words = [self._as_word(w) for w in call.words]
+            tentative = [self._as_word(w) for w in call.tentative]
+            self._drop_tentative()
+            for w in words + tentative:
                 self._add(w)
+            self._tentative = len(tentative)
         elif isinstance(call, Revise):
             words = [self._as_word(w) for w in call.words]
             index = call.index
@@ -203,10 +221,12 @@ class PunctStream:
                     f"can revise from word {self._final_words} to {self.n_words} (words before "
                     f"{self._final_words} are final), not from {index!r}"
                 )
+            self._drop_tentative()
             self._cut(index)
             for w in words:
                 self._add(w)
         elif isinstance(call, Finish):
+            self._drop_tentative()
             self._engine.close()
             self._finished = True
         if now is not None:
@@ -221,6 +241,8 @@ class PunctStream:
         flush = isinstance(call, Finish)
         while self._final_tokens < self._n_tokens:
             t = self._final_tokens
+            if self._tok_word[t - self._tok_base] >= self.n_words:
+                break  # a tentative word: never final
             following = [
                 self._word_of(u) for u in range(t + 1, min(self._n_tokens, t + 1 + self.policy.words))
             ]
@@ -247,7 +269,7 @@ class PunctStream:
         raise InputError(f"a word is a str or a Word, got {type(w).__name__}")
 
     def _add(self, w: Word) -> None:
-        index = self.n_words
+        index = self._word_base + len(self._words)
         self._words.append(w)
         tokens = normalize(w.text)
         for token, pieces in zip(tokens, self.pieces.encode(tokens)):
@@ -256,6 +278,11 @@ class PunctStream:
             self._n_tokens += 1
         if w.time is not None:
             self._clock = max(self._clock, w.time)
+
+    def _drop_tentative(self) -> None:
+        if self._tentative:
+            self._cut(self.n_words)
+            self._tentative = 0
 
     def _cut(self, index: int) -> None:
         """Forget the words from ``index`` on (none final) and their tokens."""
@@ -315,8 +342,10 @@ class PunctStream:
         events = []
         logits = self._engine.provisional(last_tokens, self._final_tokens)
         for t, row in zip(last_tokens, logits):
-            label = self._label(t, self._n_tokens - 1 - t, row)
             i = self._tok_word[t - self._tok_base]
+            if i >= self.n_words:
+                break  # tentative words get no events
+            label = self._label(t, self._n_tokens - 1 - t, row)
             if self._shown.get(i) != LABELS[label]:
                 self._shown[i] = LABELS[label]
                 events.append(PunctEvent(i, self._words[i - self._word_base].text, LABELS[label], False))

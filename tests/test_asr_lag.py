@@ -49,7 +49,9 @@ class ReadsTheSignal:
         for a, b in zip(np.r_[0, edges], np.r_[edges, len(values)], strict=True):
             if values[a]:
                 words.append(
-                    SimpleNamespace(word=f" w{values[a] - 1}", start=a / SAMPLE_RATE, end=b / SAMPLE_RATE)
+                    SimpleNamespace(
+                        word=f" w{values[a] - 1}", start=a / SAMPLE_RATE, end=b / SAMPLE_RATE, probability=0.9
+                    )
                 )
         return [SimpleNamespace(words=words)], None
 
@@ -91,6 +93,38 @@ def test_a_healthy_stream_loses_nothing():
     assert not rec.skipped
     assert [index(w) for w in committed] == list(range(80))
     assert committed[10].start == pytest.approx(5.0) and committed[10].end == pytest.approx(5.4)
+
+
+@pytest.mark.parametrize("confident", [None, 0.8, 0.95])
+@pytest.mark.parametrize("min_chunk_s", [0.5, 1.0])
+def test_committing_on_first_sight_loses_and_repeats_nothing(confident, min_chunk_s):
+    rec, committed = simulate(pass_s=0.3, seconds=30, confident=confident, min_chunk_s=min_chunk_s)
+    check_stream(rec, committed)
+    assert [index(w) for w in committed] == list(range(60))
+
+
+def test_a_confident_word_is_committed_on_first_sight_when_its_audio_is_complete():
+    rec = StreamingRecognizer(ReadsTheSignal(), confident=0.8)  # the fake's words have probability 0.9
+    rec.feed(speech(0, 2.2))  # w0..w3 end at 0.4, 0.9, 1.4, 1.9; w4 is cut at 2.2
+    hyp = rec.process()
+    # a word is committed once its audio ends a margin (0.25 s) before the audio heard
+    assert [w.text for w in hyp.committed] == ["w0", "w1", "w2", "w3"]
+    assert [w.text for w in hyp.provisional] == ["w4"]
+    assert hyp.complete_until == pytest.approx(2.0)
+    rec.feed(speech(2.2, 3.2))  # w4 now whole, w5 ends at 2.9, w6 is cut at 3.2
+    assert [w.text for w in rec.process().committed] == ["w4", "w5"]  # agreed, then sure and complete
+    strict = StreamingRecognizer(ReadsTheSignal(), confident=0.95)
+    strict.feed(speech(0, 2.2))
+    assert strict.process().committed == []  # not sure enough: LocalAgreement-2 waits for a second pass
+
+
+def test_a_pass_reports_its_time_and_audio():
+    rec = StreamingRecognizer(ReadsTheSignal(), min_chunk_s=0.5)
+    rec.feed(speech(0, 0.75))
+    p = rec.process().pass_
+    assert p is not None and p.new_s == pytest.approx(0.75) and p.buffer_s == pytest.approx(0.75)
+    assert p.seconds >= 0 and p.real_time_factor == pytest.approx(p.seconds / 0.75)
+    assert not p.end_of_speech  # off unless end_of_speech_s is given
 
 
 def test_a_little_slower_than_real_time_catches_up_by_longer_steps():

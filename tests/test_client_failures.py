@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import wave
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -108,10 +109,20 @@ def silence(path: Path, seconds: float) -> Path:
 
 
 def first_line(stream, timeout: float) -> str:
-    """The next line of a child's output, or a failed test if none comes in ``timeout`` seconds."""
-    if not select.select([stream], [], [], timeout)[0]:
-        pytest.fail(f"no output in {timeout} s")
-    return stream.readline()
+    """The next line of a child's output, or a failed test if none comes in ``timeout`` seconds.
+
+    Read a byte at a time from the pipe itself: a buffered ``readline`` could take the next
+    lines too, and ``communicate`` reads the pipe, not that buffer, so they would be lost."""
+    line = b""
+    deadline = time.monotonic() + timeout
+    while not line.endswith(b"\n"):
+        if not select.select([stream], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            pytest.fail(f"no output in {timeout} s")
+        byte = os.read(stream.fileno(), 1)
+        if not byte:
+            break
+        line += byte
+    return line.decode()
 
 
 def one_line(err: str, prog: str) -> str:

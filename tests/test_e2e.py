@@ -19,6 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
@@ -268,3 +269,25 @@ def test_browser_caption_page(asr_server, speech, tmp_path):
         chrome.terminate()
         chrome.wait(timeout=10)
         shutil.rmtree(profile, ignore_errors=True)
+
+
+@needs_espeak
+def test_the_end_of_speech_commits_the_recognisers_guess(tmp_path):
+    """After a sentence and a second of silence, one pass commits every word it heard (the VAD
+    hears no speech after the last one), without waiting for a second agreeing hypothesis."""
+    from streampunct.asr import SAMPLE_RATE, StreamingRecognizer, load_whisper
+
+    wav = tmp_path / "sentence.wav"
+    subprocess.run(["espeak-ng", "-v", "en-us", "-s", "140", "-w", str(wav), SENTENCES[0]], check=True)
+    audio = np.concatenate([load_audio(str(wav)), np.zeros(SAMPLE_RATE, dtype=np.float32)])
+    model = load_whisper("tiny.en", "cpu")
+    waits = StreamingRecognizer(model, min_chunk_s=0.5)
+    ends = StreamingRecognizer(model, min_chunk_s=0.5, end_of_speech_s=0.4)
+    for rec in (waits, ends):
+        rec.feed(audio)
+    hyp = ends.process()
+    assert hyp.pass_ is not None and hyp.pass_.end_of_speech
+    assert words_of(" ".join(w.text for w in hyp.committed))[-2:] == ["coming", "today"]
+    assert hyp.provisional == [] and hyp.complete_until is None
+    held = waits.process()
+    assert held.committed == [] and held.provisional and not held.pass_.end_of_speech

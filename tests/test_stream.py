@@ -110,6 +110,31 @@ def test_final_after_k_tokens(tiny, engine):
     assert [e.index for e in events if e.final] == [1, 2]
 
 
+@ENGINES
+def test_tentative_words_are_lookahead_only(tiny, engine):
+    """The recogniser's guess after the words: it lets the words before it be decided, with the
+    label predict() gives on the text with the guess, but is never final, gets no events, and
+    is replaced by the next push (a tick keeps it, a revision and the finish drop it)."""
+    words, guess = varied_words(40, seed=5), varied_words(3, seed=6)
+    s = tiny.stream(lookahead=2, engine=engine)
+    events = s.push(words, tentative=guess)
+    assert s.n_words == 40 and max(e.index for e in events) < 40
+    final = {e.index: e.label for e in events if e.final}
+    assert sorted(final) == list(range(40))  # three tentative words are lookahead enough
+    expected = tiny.predict(words + guess, lookahead=2, engine=engine)
+    assert [final[i] for i in range(40)] == expected[:40]
+    assert [e for e in s.tick(1e6) if e.index >= 40] == []
+    more, guess2 = varied_words(5, seed=7), ["well"]  # one token
+    events = s.push(more, tentative=guess2)  # the first guess is gone: these words replace it
+    assert s.n_words == 45 and {e.index for e in events} <= set(range(40, 45))
+    with_second = tiny.predict(words + more + guess2, lookahead=2, engine=engine)
+    assert [e.label for e in events if e.final] == with_second[40:44]  # word 44 waits for a second word
+    events = s.finish()  # drops the guess: word 44 is decided with no word after it
+    assert [(e.index, e.label) for e in events if e.final] == [
+        (44, tiny.predict(words + more, 2, engine)[44])
+    ]
+
+
 def test_empty_words_are_final_in_order(tiny):
     s = tiny.stream(lookahead=1)
     events = s.push(["hello", "--", "..."])

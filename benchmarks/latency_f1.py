@@ -1,0 +1,276 @@
+"""Latency against punctuation F1: the punctuator alone, and the whole live pipeline.
+
+    python benchmarks/latency_f1.py --audio ../shared/data/audio --timelines ../timelines
+    python benchmarks/latency_f1.py --quick        # no data, no recogniser: what the test suite runs
+
+(a) **The punctuator alone.** For each shipped model and engine: micro-F1 and per-class F1 on
+IWSLT2011 test, Ref and ASR, for lookahead k = 0 to 4 and offline (``accuracy.json`` and
+``accuracy_base.json``, written by ``benchmarks/accuracy.py`` on the shipped checkpoints), against
+the emission delay of k: how long after a word ends its final mark is decided, median and p95, in
+words and in milliseconds, on real word timings (Whisper tiny.en on the audio clips; ``--quick``:
+synthetic timings) and no time limit. Offline waits for the end of the transcript.
+
+(b) **The whole pipeline.** ``benchmarks/caption_latency.py --timelines DIR`` records, for each
+front end, when the server pushed each recognised word to the punctuation stream and with which
+clock. Replayed here into a fresh stream for each k (time limit 1500 ms, as live), they give each
+word's latency (its end in the audio to its final punctuation) and the punctuation F1 against the
+reference text, beside that front end's WER. The replay leaves out the few milliseconds a decision
+and its message take (caption_latency.py measures them live, at k=2).
+
+Writes ``latency_f1.json`` and ``latency_f1.png`` under ``benchmarks/results/`` (``--quick``: a
+temporary folder, or ``--out DIR``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from caption_latency import accuracy  # noqa: E402
+from common import RESULTS, machine, percentile, update_readme  # noqa: E402
+from e2e import metrics, pool  # noqa: E402
+from emission_delay import transcribe  # noqa: E402
+
+from streampunct import Punctuator  # noqa: E402
+from streampunct.asr import resolve_asr_model  # noqa: E402
+from streampunct.conversation import labeled_words  # noqa: E402
+from streampunct.prosody import synthetic_times  # noqa: E402
+from streampunct.types import Word  # noqa: E402
+
+LOOKAHEADS = (0, 1, 2, 3, 4)
+ACCURACY = {"default": "accuracy.json", "base": "accuracy_base.json"}
+CLASSES = ("COMMA", "PERIOD", "QUESTION")
+QUICK_TEXT = (
+    "Hello everyone, and thank you for coming today. What do you think about the weather? "
+    "I think it will rain tomorrow, so we should stay at home and read a book. Is that a plan? "
+)
+
+
+def stats(xs: list[float]) -> dict[str, float]:
+    return {"median": round(statistics.median(xs), 3), "p95": round(percentile(xs, 95), 3)}
+
+
+# --- (a) the punctuator alone --------------------------------------------------------------------
+
+
+def emission_delays(p: Punctuator, words: list[Word]) -> dict[str, dict]:
+    """Per k: the delay from each word's end to its final decision, in ms and in words. Without a
+    time limit only pushes decide, so each word is pushed at its end and no clock ticks between."""
+    out = {}
+    for k in LOOKAHEADS:
+        stream, decided = p.stream(lookahead=k), {}
+        for i, w in enumerate(words):
+            for e in stream.push([w]):
+                if e.final:
+                    decided[e.index] = (1000 * (w.end - words[e.index].end), i - e.index)
+        for e in stream.finish():  # the end of the transcript
+            decided[e.index] = (1000 * (words[-1].end - words[e.index].end), len(words) - 1 - e.index)
+        ms, ahead = zip(*(decided[i] for i in range(len(words))))
+        out[f"k={k}"] = {"ms": stats(list(ms)), "words": stats([float(a) for a in ahead])}
+    return out
+
+
+def punctuator_panel(results: Path, delays: dict[str, dict]) -> list[dict[str, Any]]:
+    rows = []
+    for model, name in ACCURACY.items():
+        path = results / name
+        if not path.is_file():
+            continue
+        for r in json.loads(path.read_text())["results"]:
+            rows.append(
+                {
+                    "model": model,
+                    "set": r["set"],
+                    "mode": r["mode"],
+                    "engine": r["engine"],
+                    "micro_f1": round(r["micro_f1"], 2),
+                    **{c: round(r[c]["f1"], 2) for c in CLASSES},
+                    "delay": delays.get(r["mode"]),  # None offline: the end of the transcript
+                }
+            )
+    return rows
+
+
+# --- (b) the pipeline --------------------------------------------------------------------------
+
+
+def replay(p: Punctuator, stream: dict[str, Any], k: int, max_delay_ms: float) -> list[dict[str, Any]]:
+    """The recorded pushes into a fresh stream of lookahead k: each word with its final label and
+    the clock (audio seconds) at which it became final. The recogniser's provisional words go with
+    each push as tentative lookahead where the live run had them (``--provisional-lookahead on``)."""
+    words = [Word(w["text"], w["start"], w["end"]) for w in stream["words"]]
+    s = p.stream(lookahead=k, max_delay_ms=max_delay_ms)
+    out = [{"text": w.text, "end": w.end} for w in words]
+
+    def take(events, clock: float) -> None:
+        for e in events:
+            if e.final:
+                out[e.index].update(label=e.label, final=clock)
+
+    for push in stream["pushes"]:
+        guess = [Word(w["text"], w["start"], w["end"]) for w in push.get("tentative", [])]
+        pushed = words[push["first"] : push["first"] + push["words"]]
+        take(s.push(pushed, now=push["now"], tentative=guess), push["clock"])
+    take(s.finish(), stream["end_clock"])
+    return out
+
+
+def pipeline_panel(p: Punctuator, timelines: Path, max_delay_ms: float) -> list[dict[str, Any]]:
+    rows = []
+    for path in sorted(timelines.glob("*.json")):
+        rec = json.loads(path.read_text())
+        by_set: dict[str, list[dict]] = {}
+        for stream in rec["streams"]:
+            by_set.setdefault(stream["set"], []).append(stream)
+        for set_name, streams in by_set.items():
+            for k in LOOKAHEADS:
+                latency, parts = [], []
+                for stream in streams:
+                    words = replay(p, stream, k, max_delay_ms)
+                    latency += [w["final"] - w["end"] for w in words]
+                    parts.append(accuracy(words, stream["text"]))
+                acc = metrics(pool(parts))
+                rows.append(
+                    {
+                        "frontend": rec["frontend"],
+                        "set": set_name,
+                        "lookahead": k,
+                        "words": len(latency),
+                        "latency_s": stats(latency),
+                        "micro_f1": acc["micro_f1"],
+                        **{c: acc[c]["f1"] for c in CLASSES},
+                        "wer": acc["wer"],
+                    }
+                )
+    return rows
+
+
+# --- output ------------------------------------------------------------------------------------
+
+
+def chart(payload: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 5))
+    rows = payload["punctuator"]
+    for (model, engine, set_name), style in zip(
+        sorted({(r["model"], r["engine"], r["set"]) for r in rows if r["delay"]}),
+        ["o-", "s-", "o--", "s--", "^-", "v-", "^--", "v--"],
+    ):
+        pts = sorted(
+            (r["delay"]["ms"]["median"], r["micro_f1"])
+            for r in rows
+            if (r["model"], r["engine"], r["set"]) == (model, engine, set_name) and r["delay"]
+        )
+        a.plot(*zip(*pts), style, label=f"{model} {engine} {set_name}", markersize=4)
+    for r in rows:
+        if r["mode"] == "offline":
+            a.axhline(r["micro_f1"], color="grey", lw=0.6, ls=":")
+            a.annotate(f"{r['model']} offline {r['set']}", (0, r["micro_f1"]), fontsize=7, color="grey")
+    a.set(
+        xlabel="median emission delay (ms after the word's end), k = 0..4", ylabel="micro-F1 (IWSLT2011 test)"
+    )
+    a.set_title("(a) the punctuator alone")
+    a.legend(fontsize=7)
+    a.grid(alpha=0.3)
+    for fe, set_name in sorted({(r["frontend"], r["set"]) for r in payload["pipeline"]}):
+        pts = [r for r in payload["pipeline"] if (r["frontend"], r["set"]) == (fe, set_name)]
+        wer = pts[0]["wer"]
+        b.plot(
+            [r["latency_s"]["median"] for r in pts],
+            [r["micro_f1"] for r in pts],
+            "o-",
+            label=f"{fe}, {set_name} (WER {wer:.1f})",
+        )
+        for r in pts:
+            b.annotate(f"k={r['lookahead']}", (r["latency_s"]["median"], r["micro_f1"]), fontsize=7)
+    b.axvline(1.5, color="grey", lw=0.6, ls=":")
+    b.set(
+        xlabel="median latency (s): word end in the audio to its final punctuation",
+        ylabel="punctuation micro-F1",
+    )
+    b.set_title("(b) the live pipeline (tiny.en, 2 CPU cores)")
+    if payload["pipeline"]:
+        b.legend(fontsize=7)
+    b.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def table(payload: dict[str, Any]) -> str:
+    lines = [
+        "| front end | input | k | latency median s | p95 s | micro-F1 | COMMA | PERIOD | QUESTION | WER % |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in payload["pipeline"]:
+        lines.append(
+            f"| {r['frontend']} | {r['set']} | {r['lookahead']} | {r['latency_s']['median']:.2f} | "
+            f"{r['latency_s']['p95']:.2f} | {r['micro_f1']:.1f} | {r['COMMA']:.1f} | {r['PERIOD']:.1f} | "
+            f"{r['QUESTION']:.1f} | {r['wer']:.1f} |"
+        )
+    m = payload["machine"]
+    lines += [
+        "",
+        f"Replayed from the live runs of `benchmarks/caption_latency.py` (tiny.en int8, real-time input, time limit "
+        f"1500 ms) on {m['cpu']} ({m['cores']} cores), {m['date']}. `python benchmarks/latency_f1.py --audio "
+        "../shared/data/audio --timelines ../timelines`.",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--audio", help="the shared/data/audio folder: real word timings for panel (a)")
+    ap.add_argument("--timelines", help="caption_latency.py's --timelines folder: panel (b)")
+    ap.add_argument("--max-delay-ms", type=float, default=1500)
+    ap.add_argument("--quick", action="store_true", help="synthetic timings, no recogniser; writes to --out")
+    ap.add_argument("--out", default=None, help="folder for the JSON and PNG (default: benchmarks/results)")
+    ap.add_argument("--docs", action="store_true", help="write the pipeline table into docs/latency.md")
+    args = ap.parse_args()
+
+    p = Punctuator.load(None, device="cpu")
+    if args.quick or not args.audio:
+        tokens, labels = labeled_words(QUICK_TEXT * 4, turn_end=False)
+        words = synthetic_times(tokens, labels, np.random.default_rng(0))
+        source = "synthetic timings"
+    else:
+        words = transcribe(Path(args.audio), resolve_asr_model("tiny.en"))
+        source = "tiny.en word timestamps on jfk + the LJSpeech clips"
+    payload: dict[str, Any] = {
+        "machine": machine(),
+        "timings": source,
+        "words": len(words),
+        "punctuator": punctuator_panel(RESULTS, emission_delays(p, words)),
+        "pipeline": pipeline_panel(p, Path(args.timelines), args.max_delay_ms) if args.timelines else [],
+    }
+    out = Path(args.out) if args.out else (Path(tempfile.mkdtemp()) if args.quick else RESULTS)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "latency_f1.json").write_text(json.dumps(payload, indent=2) + "\n")
+    try:
+        chart(payload, out / "latency_f1.png")
+    except ImportError:
+        print("matplotlib is missing: no plot (pip install 'streampunct[bench]')", file=sys.stderr)
+    for r in payload["pipeline"]:
+        print(
+            f"{r['frontend']} {r['set']} k={r['lookahead']}: latency median {r['latency_s']['median']:.2f} s "
+            f"p95 {r['latency_s']['p95']:.2f} s, micro-F1 {r['micro_f1']:.1f}, WER {r['wer']:.1f}"
+        )
+    print(f"wrote {out / 'latency_f1.json'}")
+    if args.docs:
+        update_readme("latency_f1", table(payload))
+
+
+if __name__ == "__main__":
+    main()

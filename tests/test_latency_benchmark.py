@@ -1,0 +1,62 @@
+"""benchmarks/latency_f1.py: its pipeline replay on a hand-made recording, and its quick mode end to
+end (the shipped accuracy tables against emission delays measured with the shipped model)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.latency_f1 import replay
+from streampunct import Punctuator
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_replay_gives_each_word_one_final_time_after_its_push():
+    words = [
+        {"text": t, "start": 0.5 * i, "end": 0.5 * i + 0.4}
+        for i, t in enumerate("so how are you doing today i am fine thanks".split())
+    ]
+    pushes = [  # three passes of the recogniser, then a tick in the pause
+        {"clock": 1.6, "first": 0, "words": 3, "now": 1.4},
+        {"clock": 2.9, "first": 3, "words": 4, "now": 3.4},
+        {"clock": 5.9, "first": 7, "words": 3, "now": 5.0},
+        {"clock": 7.0, "first": 10, "words": 0, "now": 6.6},
+    ]
+    stream = {"words": words, "pushes": pushes, "end_clock": 8.0}
+    p = Punctuator.load()
+    for k in (0, 2, 4):
+        out = replay(p, stream, k, 1500)
+        assert [w["text"] for w in out] == [w["text"] for w in words]
+        pushed_at = [
+            next(q["clock"] for q in pushes if q["first"] <= i < q["first"] + q["words"]) for i in range(10)
+        ]
+        assert all(w["final"] >= t for w, t in zip(out, pushed_at))
+        assert all(w["label"] in ("O", "COMMA", "PERIOD", "QUESTION") for w in out)
+        if k == 0:  # no lookahead: final at its own push
+            assert [w["final"] for w in out] == pushed_at
+    # k=4: the last three words are decided by the tick in the pause (their time limit), not the end
+    assert [w["final"] for w in replay(p, stream, 4, 1500)][-3:] == [7.0, 7.0, 7.0]
+
+
+def test_quick_mode_writes_both_panels(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "benchmarks/latency_f1.py", "--quick", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    payload = json.loads((tmp_path / "latency_f1.json").read_text())
+    rows = payload["punctuator"]
+    assert {r["model"] for r in rows} == {"default", "base"}
+    assert {r["mode"] for r in rows} == {"k=0", "k=1", "k=2", "k=3", "k=4", "offline"}
+    delays = {r["mode"]: r["delay"] for r in rows if r["model"] == "default" and r["engine"] == "window"}
+    # no time limit: a word waits for exactly k words, so the delay grows with k
+    assert [delays[f"k={k}"]["words"]["median"] for k in range(5)] == [0, 1, 2, 3, 4]
+    ms = [delays[f"k={k}"]["ms"]["median"] for k in range(5)]
+    assert ms[0] == 0 and ms == sorted(ms) and ms[4] > ms[1] > 0
+    assert payload["pipeline"] == []  # no timelines given
