@@ -228,10 +228,11 @@ class StreamMachine(RuleBasedStateMachine):
         if not hasattr(self, "stream"):
             return
         held = self.stream.held()
-        open_tokens = sum(tokens_of(w) for w in self.words[len(self.finals) :])
+        open_words = self.words[len(self.finals) :] + self.tentative  # tentative words are held too
+        open_tokens = sum(tokens_of(w) for w in open_words)
         cfg, every = self.p.model.cfg, PunctStream.FORGET_EVERY
         assert held.tokens <= open_tokens + max(every, 5 * cfg.block + cfg.context + 1), (held, open_tokens)
-        assert held.words <= len(self.words) - len(self.finals) + every, held
+        assert held.words <= len(open_words) + every, held
 
     def teardown(self):
         """Every final label against a fresh computation on the words it was decided from: with
