@@ -196,10 +196,6 @@ def summarise(words: list[dict[str, Any]], passes: list[dict], parts: list[dict]
     }
 
 
-async def run_stream(url: str, item: dict[str, Any], config: dict[str, Any]):
-    return await stream_file(url, item["audio"], 1.0, config)
-
-
 def run_frontend(
     name: str, flags: list[str], inputs: list[dict], args: argparse.Namespace, logdir: Path
 ) -> dict:
@@ -215,7 +211,7 @@ def run_frontend(
         try:
             for item in inputs:
                 first_line = len(log.read_text().splitlines())
-                result = asyncio.run(run_stream(url, item, config))
+                result = asyncio.run(stream_file(url, item["audio"], 1.0, config))
                 passes, sent, pushes = server_log(log, result.started, first_line)
                 words = word_times(result.timeline, sent)
                 acc = accuracy(words, item["text"])

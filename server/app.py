@@ -386,10 +386,14 @@ class AsrSession(Session):
         if self.quiet_until is None:
             return
         if len(audio) and is_silence(audio):
-            self.quiet_until = self.received / SAMPLE_RATE
-            await self.emit(await self.app.batcher.tick(self.stream, self.quiet_until))
+            await self.quiet()
         else:
             self.quiet_until = None
+
+    async def quiet(self) -> None:
+        """No word waits uncommitted up to the audio received: the punctuation clock moves there."""
+        self.quiet_until = self.received / SAMPLE_RATE
+        await self.emit(await self.app.batcher.tick(self.stream, self.quiet_until))
 
     def feed_inbox(self) -> None:
         """Hand the queued audio to the recogniser: only between passes (it is not thread-safe)."""
@@ -483,8 +487,7 @@ class AsrSession(Session):
             since = self.recognizer.waiting + [a for a, _ in self.inbox]
             heard = np.concatenate(since) if since else np.zeros(0, dtype=np.float32)
             if not len(heard) or is_silence(heard):
-                self.quiet_until = self.received / SAMPLE_RATE
-                await self.emit(await self.app.batcher.tick(self.stream, self.quiet_until))
+                await self.quiet()
 
     async def words(self, committed: list[Word], provisional: list[Word], now: float | None = None) -> None:
         """Send the recogniser's words and push the committed ones to the punctuation stream.
