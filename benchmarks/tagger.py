@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import RESULTS, machine, percentile, time_each, update_readme, write_json  # noqa: E402
 
-from streampunct.pos import Tagger, ensure_tagger  # noqa: E402
+from streampunct.pos import Tagger, installed_tagger  # noqa: E402
 from streampunct.tagger_train import read_asr_style  # noqa: E402
 
 
@@ -86,7 +86,7 @@ def main() -> None:
     payload = {
         "machine": machine(),
         "tagger": "flair pos-english-fast" if args.tagger is None else args.name,
-        "source": json.loads((ensure_tagger(args.tagger) / "tagger.json").read_text())["source"],
+        "source": json.loads((installed_tagger(args.tagger) / "tagger.json").read_text())["source"],
         "threads": args.threads,
         "data": "UD English-EWT test, ASR style (lower case, no punctuation, documents as streams)",
         "documents": len(docs),

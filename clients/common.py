@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from contextlib import suppress
@@ -17,6 +18,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
 
 from streampunct.captions import Caption, to_srt, to_vtt
+from streampunct.errors import StreamPunctError
 
 DEFAULT_URL = "ws://127.0.0.1:8765"
 CLOSING_ERRORS = {"internal"}  # error codes after which the server closes the stream (docs/protocol.md)
@@ -47,7 +49,16 @@ class SessionLost(ClientError):
 
 
 def add_stream_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--url", default=DEFAULT_URL, help=f"server address (default {DEFAULT_URL})")
+    ap.add_argument(
+        "--url",
+        help=f"a server's address ({DEFAULT_URL} for `streampunct serve`); none: run the pipeline in "
+        "this process (needs the model stack: pip install streampunct[asr])",
+    )
+    ap.add_argument(
+        "--token",
+        default=os.environ.get("STREAMPUNCT_TOKEN"),
+        help="the server's shared secret, if it has one (default: $STREAMPUNCT_TOKEN)",
+    )
     ap.add_argument("--lookahead", "-k", type=int, default=2, help="words of lookahead (default 2)")
     ap.add_argument(
         "--max-delay-ms", type=float, default=1500, help="time limit for a decision (default 1500)"
@@ -58,6 +69,10 @@ def add_stream_args(ap: argparse.ArgumentParser) -> None:
         default="auto",
         help="masked (cheapest per word) or window (more accurate); auto: the model's choice per k (default)",
     )
+    here = ap.add_argument_group("without --url (the models run in this process)")
+    here.add_argument("--model", help="punctuation model: default, base, or a checkpoint folder")
+    here.add_argument("--asr-model", help="tiny.en (default), base, or a CTranslate2 Whisper folder")
+    here.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda if present)")
 
 
 def stream_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -66,12 +81,15 @@ def stream_config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def open_stream(
-    url: str, endpoint: str, config: dict[str, Any]
+    url: str, endpoint: str, config: dict[str, Any], token: str | None = None
 ) -> tuple[ClientConnection, dict[str, Any]]:
-    """Connect to ``url`` + endpoint, send the config, return the connection and the ready message."""
+    """Connect to ``url`` + endpoint, send the config, return the connection and the ready message.
+    ``token``: the server's shared secret, sent as ``Authorization: Bearer`` (None: none). A
+    ``wss://`` server's certificate is checked against the system's CAs (or $SSL_CERT_FILE)."""
     target = url.rstrip("/") + endpoint
+    headers = {"Authorization": f"Bearer {token}"} if token else None
     try:
-        ws = await connect(target, max_size=2**22, open_timeout=10)
+        ws = await connect(target, max_size=2**22, open_timeout=10, additional_headers=headers)
     except InvalidURI as e:
         raise ClientError(f"{url} is not a websocket URL (ws://host:port)") from e
     except InvalidStatus as e:
@@ -169,15 +187,32 @@ def keep_captions(lost: SessionLost, captions: list[Caption], prefix: str | None
     return lost.noting(*notes)
 
 
+async def _with_server(main: Callable[[argparse.Namespace], Any], args: argparse.Namespace) -> Any:
+    """Run the client against ``--url``, or without it against a server embedded in this process
+    (server.app.embedded: the same sessions as ``streampunct serve``, on a loopback port)."""
+    if args.url is not None:
+        return await main(args)
+    try:
+        from server.app import embedded
+    except ImportError as e:
+        raise ClientError(f"no --url, and the model stack is not installed to run here ({e})") from e
+    print("streampunct: loading the models in this process (--url to use a server) ...", file=sys.stderr)
+    async with embedded(args.model, args.asr_model, args.device) as (args.url, args.token):
+        return await main(args)
+
+
 def run_client(
     main: Callable[[argparse.Namespace], Any], ap: argparse.ArgumentParser, argv: list[str] | None
 ) -> int:
     """Parse arguments, run the client's coroutine, turn failures into one clear line."""
     args = ap.parse_args(argv)
     try:
-        return int(asyncio.run(main(args)) or 0)
+        return int(asyncio.run(_with_server(main, args)) or 0)
     except ClientError as e:
         print(f"{ap.prog}: error: {e}", file=sys.stderr)
         return e.exit_status
+    except StreamPunctError as e:  # the embedded server's models
+        print(f"{ap.prog}: error: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130

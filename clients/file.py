@@ -66,12 +66,17 @@ class Result:
 
 
 async def stream_file(
-    url: str, audio: np.ndarray, speed: float, config: dict[str, Any], on_caption: Any = None
+    url: str,
+    audio: np.ndarray,
+    speed: float,
+    config: dict[str, Any],
+    on_caption: Any = None,
+    token: str | None = None,
 ) -> Result:
     """Send the audio paced at ``speed``; collect every message with the audio clock at its arrival.
     A session that ends before the server's ``end`` raises SessionLost (``on_caption`` has seen
     every caption that arrived)."""
-    ws, _ = await open_stream(url, "/v1/asr", config)
+    ws, _ = await open_stream(url, "/v1/asr", config, token)
     pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
     step = int(CHUNK_S * 16000) * 2
     result = Result(started=time.monotonic())
@@ -128,7 +133,7 @@ async def main(args: argparse.Namespace) -> int:
 
     config = stream_config(args)
     try:
-        result = await stream_file(args.url, audio, args.speed, config, show)
+        result = await stream_file(args.url, audio, args.speed, config, show, args.token)
     except SessionLost as lost:
         raise keep_captions(lost, captions, prefix) from lost
     lat = result.latencies

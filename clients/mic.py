@@ -100,7 +100,7 @@ async def main(args: argparse.Namespace) -> int:
     def on_audio(indata: Any, frames: int, t: Any, status: Any) -> None:
         loop.call_soon_threadsafe(chunks.put_nowait, bytes(indata))
 
-    ws, _ = await open_stream(args.url, "/v1/asr", stream_config(args))
+    ws, _ = await open_stream(args.url, "/v1/asr", stream_config(args), args.token)
     screen = Screen()
     captions: list[Caption] = []
 

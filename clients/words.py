@@ -88,7 +88,7 @@ async def lines(source: IO[str]) -> AsyncIterator[str]:
 
 async def main(args: argparse.Namespace) -> int:
     source = open(args.file, encoding="utf-8") if args.file else sys.stdin  # noqa: SIM115
-    ws, _ = await open_stream(args.url, "/v1/punct", stream_config(args))
+    ws, _ = await open_stream(args.url, "/v1/punct", stream_config(args), args.token)
     async with ws:
         await send_then_finish(ws, lines(source), asyncio.create_task(receive(ws, sys.stdout)))
     return 0

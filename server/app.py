@@ -15,13 +15,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import concurrent.futures
+import contextlib
+import dataclasses
+import hashlib
 import itertools
 import json
 import logging
+import math
+import os
+import re
+import secrets
 import signal
+import ssl
 import sys
 import time
+from collections.abc import AsyncIterator, Callable
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -34,6 +44,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from server import protocol as P
+from server.guard import Access, Limits, Pace
 from streampunct import Punctuator, StreamPunctError
 from streampunct.asr import SAMPLE_RATE, Hypothesis, StreamingRecognizer, is_silence
 from streampunct.captions import Captioner
@@ -79,14 +90,19 @@ class App:
         self,
         punctuator: Punctuator,
         *,
-        max_streams: int = 64,
+        access: Access | None = None,
+        limits: Limits | None = None,
+        secure: bool = False,
         asr_model: str | None = None,
         asr_device: str = "auto",
         asr_options: dict[str, Any] | None = None,
         provisional_lookahead: bool = False,
     ):
         self.punctuator = punctuator
-        self.max_streams = max_streams
+        self.access = access or Access()
+        self.limits = limits or Limits()
+        self.max_streams = self.limits.max_streams
+        self.secure = secure  # TLS: the page's own origin is https://
         self.asr_model_name = asr_model
         self.asr_device = asr_device
         self.asr_options = asr_options or {}  # StreamingRecognizer's commit settings
@@ -97,8 +113,10 @@ class App:
         self._whisper: Any = None
         self._whisper_lock = asyncio.Lock()
         self.active = 0
+        self.stopped_at = math.inf  # when SIGTERM (or SIGINT) came
         self.stopping = asyncio.Event()
         self._ids = itertools.count(1)
+        self.url = ""  # where it listens, once it does
 
     async def whisper(self) -> Any:
         async with self._whisper_lock:
@@ -141,14 +159,24 @@ class App:
         if path == "/health":
             return await self.health()
         if path in ("/", "/index.html"):
-            return Response(
-                200, "OK", Headers({"Content-Type": "text/html; charset=utf-8"}), PAGE.read_bytes()
-            )
+            return page_response()
         if path not in ("/v1/punct", "/v1/asr"):
             return _json_response(
                 HTTPStatus.NOT_FOUND,
                 P.error("not_found", f"no endpoint {path}; try /v1/punct, /v1/asr or /health"),
             )
+        refusal = self.access.refuse(request, self.secure)
+        if refusal is not None:
+            _log(
+                logging.WARNING,
+                "refused",
+                code=refusal.code,
+                origin=(request.headers.get("Origin") or "")[:100],
+            )
+            response = _json_response(refusal.status, P.error(refusal.code, refusal.message))
+            if refusal.status == HTTPStatus.UNAUTHORIZED:
+                response.headers["WWW-Authenticate"] = 'Bearer realm="streampunct"'
+            return response
         if self.stopping.is_set():
             return _json_response(
                 HTTPStatus.SERVICE_UNAVAILABLE, P.error("shutting_down", "the server is shutting down")
@@ -207,10 +235,47 @@ def _json_response(status: HTTPStatus, payload: dict[str, Any]) -> Response:
     return Response(status.value, status.phrase, Headers({"Content-Type": "application/json"}), body)
 
 
+def page_response() -> Response:
+    """The caption page, with a Content-Security-Policy that admits its own inline script and style
+    (by hash) and nothing else: no other scripts, no framing, connections to this server only."""
+    html = PAGE.read_bytes()
+    digests = {
+        kind: " ".join(
+            f"'sha256-{base64.b64encode(hashlib.sha256(m).digest()).decode()}'"
+            for m in re.findall(rb"<%s>(.*?)</%s>" % (kind, kind), html, re.S)
+        )
+        for kind in (b"script", b"style")
+    }
+    csp = (
+        f"default-src 'none'; script-src {digests[b'script']}; style-src {digests[b'style']}; "
+        "connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    )
+    headers = Headers(
+        {
+            "Content-Type": "text/html; charset=utf-8",
+            "Content-Security-Policy": csp,
+            "X-Frame-Options": "DENY",
+            "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer",
+            "Permissions-Policy": "microphone=(self)",
+        }
+    )
+    return Response(200, "OK", headers, html)
+
+
+def _after(start: float, seconds: float | None) -> float:
+    return math.inf if seconds is None else start + seconds
+
+
+class RateLimited(StreamPunctError):
+    """A client too far ahead of its rate limit to be slowed."""
+
+
 class Session:
     """The state of one connection: its configuration and its stream."""
 
     audio = False
+    DRAIN_QUIET_S = 1.0  # on shutdown: no message for this long, and the client has sent all it had
 
     def __init__(self, app: App, connection: ServerConnection, session_id: str):
         self.app = app
@@ -219,6 +284,7 @@ class Session:
         self.cfg: P.StreamConfig | None = None
         self.stream: Any = None
         self.words_in = 0
+        self.started = math.inf  # when the config was taken
 
     async def send(self, msg: dict[str, Any]) -> None:
         await self.connection.send(P.dumps(msg))
@@ -228,30 +294,102 @@ class Session:
             await self.send(P.events(events))
 
     async def run(self) -> None:
+        """Read and answer messages until the stream ends, a limit ends it, or the server stops."""
+        limits = self.app.limits
         stop = asyncio.ensure_future(self.app.stopping.wait())
+        opened = last = time.monotonic()
         try:
             while True:
+                now = time.monotonic()
+                if self.cfg is None:
+                    deadline = _after(opened, limits.config_timeout_s)
+                else:
+                    deadline = min(
+                        _after(last, limits.idle_timeout_s), _after(self.started, limits.max_session_s)
+                    )
                 recv = asyncio.ensure_future(self.connection.recv())
-                done, _ = await asyncio.wait({recv, stop}, return_when=asyncio.FIRST_COMPLETED)
+                timeout = None if deadline == math.inf else max(0.0, deadline - now)
+                done, _ = await asyncio.wait(
+                    {recv, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
                 if recv not in done:
-                    recv.cancel()
-                    if self.stream is not None and self.cfg is not None:
-                        await self.end(reason="server shutting down")
-                    await self.connection.close(1001, "server shutting down")
+                    recv.cancel()  # safe: websockets keeps the message for the next recv()
+                    if stop in done:
+                        await self.shut_down()
+                    else:
+                        await self.time_out(last)
                     return
-                message = recv.result()
-                try:
-                    if self.cfg is None:
-                        await self.configure(P.parse(message))
-                    elif await self.on_message(message):
-                        await self.connection.close()
-                        return
-                except P.ProtocolError as e:
-                    await self.send(P.error(e.code, str(e)))
-                except StreamPunctError as e:  # e.g. revising final words: the stream is unchanged
-                    await self.send(P.error("bad_input", str(e)))
+                last = time.monotonic()
+                if await self.take(recv.result()):
+                    return
         finally:
             stop.cancel()
+
+    async def take(self, message: str | bytes) -> bool:
+        """Answer one message; True once the stream has ended (the connection is closed)."""
+        try:
+            if self.cfg is None:
+                await self.configure(P.parse(message))
+                self.started = time.monotonic()
+            elif await self.on_message(message):
+                await self.connection.close()
+                return True
+        except RateLimited as e:
+            await self.send(P.error("rate_limited", str(e), self.stream.n_words))
+            await self.end(reason="rate limit")
+            await self.connection.close(1008, "rate limit")
+            return True
+        except P.ProtocolError as e:
+            await self.send(P.error(e.code, str(e)))
+        except StreamPunctError as e:  # e.g. revising final words: the stream is unchanged
+            await self.send(P.error("bad_input", str(e)))
+        return False
+
+    async def shut_down(self) -> None:
+        """The server stops: take what the client had sent (the messages waiting, until none
+        arrives for a moment, for the grace period at most: a live client never pauses), finish
+        the stream, close with 1001."""
+        cut_off = self.app.stopped_at + self.app.limits.shutdown_grace_s
+        while (left := cut_off - time.monotonic()) > 0:
+            try:
+                message = await asyncio.wait_for(
+                    self.connection.recv(), timeout=min(self.DRAIN_QUIET_S, left)
+                )
+            except TimeoutError:
+                break
+            if await self.take(message):
+                return
+        if self.stream is not None and self.cfg is not None:
+            await self.end(reason="server shutting down")
+        await self.connection.close(1001, "server shutting down")
+
+    async def time_out(self, last: float) -> None:
+        """A limit of time ran out: no config yet, no message for too long, or the stream is too long."""
+        limits = self.app.limits
+        if self.cfg is None:
+            message = f"no config message within {limits.config_timeout_s:g} s of connecting"
+            await self.send(P.error("config_timeout", message))
+            await self.connection.close(1008, "config timeout")
+            return
+        if limits.idle_timeout_s is not None and time.monotonic() - last >= limits.idle_timeout_s:
+            code, message = "idle_timeout", f"no message for {limits.idle_timeout_s:g} s"
+        else:
+            code, message = "session_too_long", f"a stream may last {limits.max_session_s:g} s at most"
+        await self.send(P.error(code, message + "; the stream is finished", self.stream.n_words))
+        await self.end(reason=code.replace("_", " "))
+        await self.connection.close(1008, code.replace("_", " "))
+
+    async def pace(self, amount: float, rate: Pace, unit: str) -> None:
+        """Slow a client that sends faster than its limit; refuse one too far ahead (RateLimited)."""
+        wait = rate.wait(amount)
+        if wait > self.app.limits.max_wait_s:
+            rate.give_back(amount)
+            raise RateLimited(
+                f"more than {rate.rate:g} {unit} a second (bursts of {rate.burst:g}): this message "
+                f"was not taken; the stream is finished"
+            )
+        if wait:
+            await asyncio.sleep(wait)
 
     async def configure(self, msg: dict[str, Any]) -> None:
         raise NotImplementedError
@@ -268,6 +406,8 @@ class PunctSession(Session):
     async def configure(self, msg: dict[str, Any]) -> None:
         cfg = P.parse_config(msg)
         self.stream = self.app.punctuator.stream(cfg.lookahead, cfg.max_delay_ms, cfg.engine)
+        limits = self.app.limits
+        self.rate = Pace(limits.words_per_s, limits.words_burst)
         self.cfg = cfg
         await self.send(P.ready(self.id, cfg, "punct", self.stream.engine))
 
@@ -276,10 +416,12 @@ class PunctSession(Session):
         kind, batcher = msg["type"], self.app.batcher
         if kind == "words":
             words = P.parse_words(msg.get("words"))
+            await self.pace(len(words), self.rate, "words")
             await self.send_events(await batcher.push(self.stream, words, now=P.parse_now(msg)))
             self.words_in += len(words)
         elif kind == "revise":
             index, words = P.parse_index(msg), P.parse_words(msg.get("words"))
+            await self.pace(len(words), self.rate, "words")
             await self.send_events(await batcher.revise(self.stream, index, words, now=P.parse_now(msg)))
         elif kind == "tick":
             now = P.parse_now(msg)
@@ -293,7 +435,7 @@ class PunctSession(Session):
             raise P.ProtocolError("bad_state", "this stream is already configured")
         else:
             raise P.ProtocolError(
-                "unknown_type", f'unknown message type "{kind}" (config, words, revise, tick, end)'
+                "unknown_type", f"unknown message type {P.quote(kind)} (config, words, revise, tick, end)"
             )
         return False
 
@@ -339,6 +481,8 @@ class AsrSession(Session):
         self.stream = self.app.punctuator.stream(cfg.lookahead, cfg.max_delay_ms, cfg.engine)
         self.captioner = Captioner()
         self.ends: dict[int, float] = {}  # word end times of words not final yet
+        limits = self.app.limits
+        self.rate = Pace(limits.audio_speed, limits.audio_burst_s)
         self.cfg = cfg
         await self.send(P.ready(self.id, cfg, "asr", self.stream.engine))
         self.recognition = asyncio.create_task(self.recognise(), name=f"asr-{self.id}")
@@ -354,6 +498,7 @@ class AsrSession(Session):
             if len(message) % 2:
                 raise P.ProtocolError("bad_audio", "audio must be 16-bit PCM: an even number of bytes")
             audio = np.frombuffer(message, dtype="<i2").astype(np.float32) / 32768.0
+            await self.pace(len(audio) / SAMPLE_RATE, self.rate, "audio seconds")
             self.inbox.append((audio, time.monotonic()))
             self.inbox_samples += len(audio)
             self.received += len(audio)
@@ -368,7 +513,7 @@ class AsrSession(Session):
         if msg["type"] == "config":
             raise P.ProtocolError("bad_state", "this stream is already configured")
         raise P.ProtocolError(
-            "unknown_type", f'unknown message type "{msg["type"]}" (send binary audio, then "end")'
+            "unknown_type", f'unknown message type {P.quote(msg["type"])} (send binary audio, then "end")'
         )
 
     async def make_room(self) -> None:
@@ -574,7 +719,17 @@ class AsrSession(Session):
         await self.send(msg)
 
 
-async def run_server(app: App, host: str, port: int, ready: asyncio.Event | None = None) -> None:
+async def run_server(
+    app: App,
+    host: str,
+    port: int,
+    ready: asyncio.Event | None = None,
+    tls: ssl.SSLContext | None = None,
+    standalone: bool = True,
+) -> None:
+    """Serve until ``app.stopping`` is set, then finish the open streams. ``standalone``: the
+    server is the process (it says where it listens on stdout, and SIGINT or SIGTERM stop it);
+    else it is embedded in a client's event loop (:func:`embedded`)."""
     async with serve(
         app.handler,
         host,
@@ -583,26 +738,100 @@ async def run_server(app: App, host: str, port: int, ready: asyncio.Event | None
         max_size=2**20,
         max_queue=32,
         ping_interval=20,
+        server_header="streampunct",  # no versions
+        ssl=tls,
     ) as server:
         actual = server.sockets[0].getsockname()[1] if server.sockets else port
-        _log(logging.INFO, "listening", url=f"ws://{host}:{actual}", streams=app.max_streams)
-        print(f"streampunct serving on ws://{host}:{actual}", flush=True)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, app.stopping.set)
+        app.url = f"{'wss' if tls else 'ws'}://{host}:{actual}"
+        _log(
+            logging.INFO,
+            "listening",
+            url=app.url,
+            streams=app.max_streams,
+            token=app.access.token is not None,
+        )
+        if standalone:  # the signals are handled before anyone is told where to connect
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, app.stopping.set)
+            print(f"streampunct serving on {app.url}", flush=True)
         if ready is not None:
             ready.set()
         await app.stopping.wait()
+        app.stopped_at = time.monotonic()
         _log(logging.INFO, "shutting_down", streams=app.active)
-        for _ in range(200):  # sessions finish their streams and close themselves (at most 20 s)
-            if app.active == 0:
-                break
+        # Sessions take what their clients sent (a grace period at most), finish their streams
+        # and close themselves (another at most: recognising the audio that waits, say).
+        while app.active and time.monotonic() < app.stopped_at + 2 * app.limits.shutdown_grace_s:
             await asyncio.sleep(0.1)
+        if app.active:
+            _log(logging.WARNING, "grace_period_over", streams=app.active)
         server.close()
         await server.wait_closed()
     await app.batcher.close()
     app.asr_executor.shutdown(wait=True)
     _log(logging.INFO, "stopped")
+
+
+@contextlib.asynccontextmanager
+async def embedded(
+    model: str | None = None, asr_model: str | None = None, device: str = "auto"
+) -> AsyncIterator[tuple[str, str]]:
+    """A server in this event loop, on a free loopback port with a random token, for the clients
+    run without ``--url``: the same sessions as ``streampunct serve``, with its defaults. Yields
+    its URL and token; stops it (every stream finished) on leaving."""
+    punctuator = await asyncio.to_thread(lambda: Punctuator.load(model, device=device).prepare())
+    token = secrets.token_urlsafe(16)
+    app = App(
+        punctuator,
+        access=Access(token),
+        asr_model=asr_model,
+        asr_device=device,
+        asr_options=asr_options(),
+    )
+    ready = asyncio.Event()
+    server = asyncio.create_task(run_server(app, "127.0.0.1", 0, ready, standalone=False))
+    waiting = asyncio.create_task(ready.wait())
+    await asyncio.wait({server, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    if server.done():  # it failed to start: say why
+        waiting.cancel()
+        server.result()
+    try:
+        yield app.url, token
+    finally:
+        app.stopping.set()
+        await server
+
+
+def asr_options(
+    chunk_s: float = ASR_DEFAULTS["min_chunk_s"],
+    buffer_s: float = ASR_DEFAULTS["max_buffer_s"],
+    confident: float | None = ASR_DEFAULTS["confident"],
+    end_of_speech_s: float | None = ASR_DEFAULTS["end_of_speech_s"],
+) -> dict[str, Any]:
+    """StreamingRecognizer's settings from the server's ``--asr-*`` flags."""
+    return {
+        "min_chunk_s": chunk_s,
+        "trim_after_s": buffer_s / 2,
+        "max_buffer_s": buffer_s,
+        "confident": confident,
+        "end_of_speech_s": end_of_speech_s,
+    }
+
+
+LIMIT_HELP = {
+    "max_streams": "streams open at once, all clients together (HTTP 503 beyond)",
+    "config_timeout_s": "seconds from connecting to the config message",
+    "idle_timeout_s": "seconds without a message before the stream is finished",
+    "max_session_s": "seconds a stream may last",
+    "words_per_s": "words a second per /v1/punct stream, sustained; a client ahead is slowed",
+    "words_burst": "words a /v1/punct stream may send at once beyond its rate",
+    "audio_speed": "audio seconds a second per /v1/asr stream (1: real time), sustained",
+    "audio_burst_s": "audio seconds a /v1/asr stream may send at once beyond its rate",
+    "max_wait_s": "seconds a client may be slowed for one message; further ahead it is refused",
+    "shutdown_grace_s": "on SIGTERM, seconds the open streams take what their clients send before they "
+    "are finished; as long again to finish them",
+}
 
 
 def _number_or_off(value: str) -> float | None:
@@ -668,28 +897,60 @@ def main(argv: list[str] | None = None) -> int:
         help="on /v1/asr, the recogniser's provisional words serve as lookahead for the committed words "
         "before them (their marks become final sooner); never final themselves (default %(default)s)",
     )
-    ap.add_argument("--max-streams", type=int, default=64)
+    security = ap.add_argument_group("access (docs/protocol.md, Security)")
+    security.add_argument(
+        "--token",
+        default=os.environ.get("STREAMPUNCT_TOKEN"),
+        help="a shared secret every stream must present: `Authorization: Bearer TOKEN`, or ?token=TOKEN "
+        "from a browser (default: $STREAMPUNCT_TOKEN; unset: no token)",
+    )
+    security.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="a web origin (https://example.org) whose pages may open streams, besides this server's "
+        "own page; repeatable; * allows any (default: only the server's own page)",
+    )
+    security.add_argument("--certfile", help="TLS certificate chain (PEM): serve wss:// and https://")
+    security.add_argument("--keyfile", help="TLS private key (PEM), with --certfile")
+    limit_flags = ap.add_argument_group("limits")
+    for field in dataclasses.fields(Limits):
+        kinds: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "float | None": _number_or_off}
+        kind = kinds[str(field.type)]
+        limit_flags.add_argument(
+            "--" + field.name.replace("_", "-"),
+            type=kind,
+            default=field.default,
+            help=f"{LIMIT_HELP[field.name]} ({'a number or off; ' * (kind is _number_or_off)}default %(default)s)",
+        )
     ap.add_argument("--log-level", default="info")
     args = ap.parse_args(argv)
+    if bool(args.certfile) != bool(args.keyfile):
+        ap.error("--certfile and --keyfile go together")
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
     logging.getLogger("faster_whisper").setLevel(logging.WARNING)
     try:
-        punctuator = Punctuator.load(args.model, device=args.device)
+        punctuator = Punctuator.load(args.model, device=args.device).prepare()  # fails here, not in a stream
+        tls = None
+        if args.certfile:
+            tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            tls.load_cert_chain(args.certfile, args.keyfile)
+        access = Access(args.token or None, tuple(args.allow_origin))
+        limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
 
         async def start() -> None:
-            options = {
-                "min_chunk_s": args.asr_chunk_s,
-                "trim_after_s": args.asr_buffer_s / 2,
-                "max_buffer_s": args.asr_buffer_s,
-                "confident": args.asr_confident,
-                "end_of_speech_s": args.asr_end_of_speech_s,
-            }
+            options = asr_options(
+                args.asr_chunk_s, args.asr_buffer_s, args.asr_confident, args.asr_end_of_speech_s
+            )
             app = App(
                 punctuator,
-                max_streams=args.max_streams,
+                access=access,
+                limits=limits,
+                secure=tls is not None,
                 asr_model=args.asr_model,
                 asr_device=args.device,
                 asr_options=options,
@@ -697,11 +958,16 @@ def main(argv: list[str] | None = None) -> int:
             )
             if args.preload_asr:
                 await app.whisper()
-            await run_server(app, args.host, args.port)
+            await run_server(app, args.host, args.port, tls=tls)
 
         asyncio.run(start())
     except StreamPunctError as e:
         print(f"streampunct serve: error: {e}", file=sys.stderr)
+        return 2
+    except ssl.SSLError as e:
+        print(
+            f"streampunct serve: error: cannot use {args.certfile} and {args.keyfile}: {e}", file=sys.stderr
+        )
         return 2
     except OSError as e:
         print(

@@ -48,7 +48,19 @@ def parse(text: str | bytes) -> dict[str, Any]:
         raise ProtocolError("bad_json", f"the message cannot be read: {e}") from e
     if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
         raise ProtocolError("bad_message", 'a message is a JSON object with a string "type"')
+    try:  # JSON may escape a lone surrogate (\ud800): text that cannot be sent back, nor logged
+        json.dumps(msg, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise ProtocolError(
+            "bad_message", "the message holds a lone surrogate (such as \\ud800): not Unicode text"
+        ) from None
     return msg
+
+
+def quote(value: Any, limit: int = 40) -> str:
+    """A client's value as an error message quotes it: as JSON, cut short (an error stays small)."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _number(value: Any, name: str, minimum: float = 0.0) -> float:
@@ -58,24 +70,24 @@ def _number(value: Any, name: str, minimum: float = 0.0) -> float:
         number = math.inf
     if not math.isfinite(number) or number < minimum:
         raise ProtocolError(
-            "bad_message", f'"{name}" must be a finite number >= {minimum:g}, got {str(value)[:40]}'
+            "bad_message", f'"{name}" must be a finite number >= {minimum:g}, got {quote(value)}'
         )
     return number
 
 
 def parse_config(msg: dict[str, Any], audio: bool = False) -> StreamConfig:
     if msg["type"] != "config":
-        raise ProtocolError("bad_state", f'the first message must be "config", got "{msg["type"]}"')
+        raise ProtocolError("bad_state", f'the first message must be "config", got {quote(msg["type"])}')
     version = msg.get("version", VERSION)
-    if version != VERSION:
+    if isinstance(version, bool) or version != VERSION:
         raise ProtocolError(
-            "unsupported_version", f"this server speaks protocol version {VERSION}, not {version!r}"
+            "unsupported_version", f"this server speaks protocol version {VERSION}, not {quote(version)}"
         )
     defaults = StreamConfig()
     k = msg.get("lookahead", defaults.lookahead)
     if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_LOOKAHEAD:
         raise ProtocolError(
-            "bad_message", f'"lookahead" must be an integer from 0 to {MAX_LOOKAHEAD}, got {k!r}'
+            "bad_message", f'"lookahead" must be an integer from 0 to {MAX_LOOKAHEAD}, got {quote(k)}'
         )
     delay = msg.get("max_delay_ms", defaults.max_delay_ms)
     if delay is not None:
@@ -83,11 +95,13 @@ def parse_config(msg: dict[str, Any], audio: bool = False) -> StreamConfig:
     rate = msg.get("sample_rate", SAMPLE_RATE)
     if audio and rate != SAMPLE_RATE:
         raise ProtocolError(
-            "bad_message", f'"sample_rate" must be {SAMPLE_RATE} (16-bit mono PCM), got {rate!r}'
+            "bad_message", f'"sample_rate" must be {SAMPLE_RATE} (16-bit mono PCM), got {quote(rate)}'
         )
     engine = msg.get("engine", defaults.engine)
     if engine not in ENGINES:
-        raise ProtocolError("bad_message", f'"engine" must be one of {", ".join(ENGINES)}, got {engine!r}')
+        raise ProtocolError(
+            "bad_message", f'"engine" must be one of {", ".join(ENGINES)}, got {quote(engine)}'
+        )
     return StreamConfig(k, delay, SAMPLE_RATE, engine)
 
 
@@ -108,7 +122,7 @@ def parse_words(value: Any) -> list[Word]:
         start = None if w.get("start") is None else _number(w["start"], f"words[{i}].start")
         end = None if w.get("end") is None else _number(w["end"], f"words[{i}].end")
         if start is not None and end is not None and end < start:
-            raise ProtocolError("bad_message", f"word {i} ({w['text']!r}) ends before it starts")
+            raise ProtocolError("bad_message", f"word {i} ({quote(w['text'])}) ends before it starts")
         words.append(Word(w["text"], start, end))
     return words
 
@@ -120,7 +134,7 @@ def parse_now(msg: dict[str, Any]) -> float | None:
 def parse_index(msg: dict[str, Any]) -> int:
     index = msg.get("index")
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise ProtocolError("bad_message", f'"index" must be a word index >= 0, got {index!r}')
+        raise ProtocolError("bad_message", f'"index" must be a word index >= 0, got {quote(index)}')
     return index
 
 

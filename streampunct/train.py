@@ -386,7 +386,8 @@ def train(cfg: TrainConfig) -> Path:
     step, best, bad_evals, seen_tokens, train_seconds = 0, -1.0, 0, 0, 0.0
     state_path = out / "last.pt"
     if state_path.is_file():
-        state = torch.load(state_path, map_location=device, weights_only=False)
+        # what save_state() writes is tensors and plain Python values: no pickled objects to admit
+        state = torch.load(state_path, map_location=device, weights_only=True)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         rng.bit_generator.state = state["rng"]

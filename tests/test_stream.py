@@ -85,10 +85,10 @@ def test_stream_equals_predict_mpnet_attention(tiny_mpnet, k, engine):
     assert run_stream(p.stream(lookahead=k, engine=engine), words, seed=k) == expected
 
 
-@pytest.mark.parametrize("k", [0, 1, 2, 4])
+@pytest.mark.parametrize("k", [0, 2])  # k = 1 and 4: the tiny models above
 def test_stream_equals_predict_shipped(shipped, k):
     """The default engine (auto: the window engine from the checkpoint's window_from on)."""
-    words = varied_words(500, seed=10 + k)
+    words = varied_words(300, seed=10 + k)
     assert run_stream(shipped.stream(lookahead=k), words, seed=k) == shipped.predict(words, lookahead=k)
 
 

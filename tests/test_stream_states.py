@@ -277,22 +277,24 @@ class ShippedStream(StreamMachine):
 
 
 TestShippedStream = ShippedStream.TestCase
-TestShippedStream.settings = settings(settings.default, max_examples=5, stateful_step_count=25)
+TestShippedStream.settings = settings(settings.default, max_examples=3, stateful_step_count=25)
 
 
 @functools.cache
 def tagged() -> Punctuator:
-    """A random POS-fused model over the real tagger's 53 tags (flair's, fetched once): its
-    streams run the tag stream beside the words."""
-    from streampunct.pos import Tagger
+    """A random POS-fused model over the real tagger's 53 tags (flair's, installed once as the
+    ``tagger_dir`` fixture does: hypothesis' state machines take no fixtures): its streams run the
+    tag stream beside the words."""
+    from streampunct.pos import Tagger, fetch_tagger
 
     torch.manual_seed(0)
     cfg = ModelConfig(n_layer=2, n_head=2, n_embd=32, n_inner=64, block=4, context=6, dropout=0.0, n_tags=53)
     model = PunctModel(cfg).eval()
-    model.init_pos_embedding(Tagger.load().embedding)
+    folder = fetch_tagger()
+    model.init_pos_embedding(Tagger.load(folder).embedding)
     with torch.no_grad():
         model.head.bias.copy_(torch.tensor([0.0, -0.2, -0.3, -0.6]))
-    return Punctuator(model, WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", cfg.max_pieces))
+    return Punctuator(model, WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", cfg.max_pieces), folder)
 
 
 class TaggedStream(StreamMachine):
@@ -317,4 +319,4 @@ class TaggedStream(StreamMachine):
 
 
 TestTaggedStream = TaggedStream.TestCase
-TestTaggedStream.settings = settings(settings.default, max_examples=5, stateful_step_count=12)
+TestTaggedStream.settings = settings(settings.default, max_examples=3, stateful_step_count=12)

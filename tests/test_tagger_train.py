@@ -1,6 +1,6 @@
 """Fine-tuning the POS tagger on ASR-style CoNLL-U: what it reads, what it learns, what it saves.
 
-Uses the real tagger (fetched once into the cache, as in test_pos.py) and a tiny treebank written
+Uses the real tagger (installed once into the cache by the ``tagger_dir`` fixture) and a tiny treebank written
 here: a few steps must fit its sentences, and the result must load as a tagger.
 """
 
@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 
 from streampunct.cli import main
 from streampunct.errors import DataFormatError
-from streampunct.pos import Tagger, ensure_tagger
+from streampunct.pos import Tagger
 from streampunct.tagger_train import TaggerTrainConfig, read_asr_style, train_tagger
 
 SENTENCES = [
@@ -62,7 +62,7 @@ def test_asr_style_is_lower_case_without_punctuation(ewt):
     ]
 
 
-def test_fine_tuning_fits_its_data_and_saves_a_tagger(ewt, tmp_path):
+def test_fine_tuning_fits_its_data_and_saves_a_tagger(ewt, tmp_path, tagger_dir):
     torch.set_num_threads(1)
     out = tmp_path / "tagger"
     cfg = TaggerTrainConfig(
@@ -73,7 +73,7 @@ def test_fine_tuning_fits_its_data_and_saves_a_tagger(ewt, tmp_path):
     for words, gold in read_asr_style(ewt / "en_ewt-ud-train.conllu"):
         assert trained.tag(words) == gold
     # The character language models are flair's, untouched; the word level was trained.
-    before = load_file(str(ensure_tagger() / "tagger.safetensors"))
+    before = load_file(str(tagger_dir / "tagger.safetensors"))
     after = load_file(str(out / "tagger.safetensors"))
     assert before.keys() == after.keys()
     assert torch.equal(before["fw.rnn.weight_hh_l0"], after["fw.rnn.weight_hh_l0"])

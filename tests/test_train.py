@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 
 from streampunct import CheckpointError, Punctuator
 from streampunct.model import PunctModel
-from streampunct.pos import Tagger, ensure_tagger
+from streampunct.pos import Tagger
 from streampunct.punctuator import DEFAULT_CHECKPOINT
 from streampunct.text import LABEL_ID
 from streampunct.train import TrainConfig, train
@@ -27,7 +27,7 @@ SENTENCES = [
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
+def corpus(tmp_path_factory, tagger_dir):
     d = tmp_path_factory.mktemp("corpus")
     lines = []
     for i in range(120):
@@ -36,7 +36,7 @@ def corpus(tmp_path_factory):
         lines += [f"{w}\tO" for w in words[:-1]] + [f"{words[-1]}\t{mark}"]
     (d / "train.tsv").write_text("\n".join(lines) + "\n")
     tokens = [line.split("\t")[0] for line in lines]
-    tagger = Tagger.load()
+    tagger = Tagger.load(tagger_dir)
     np.save(d / "tags.npy", np.array(tagger.tag_ids(tokens), dtype=np.uint8))
     return d
 
@@ -66,6 +66,17 @@ def test_train_continues_a_checkpoint(corpus, tmp_path):
     assert len(labels) == 2 and set(labels) <= {"O", "COMMA", "PERIOD", "QUESTION"}
 
 
+def test_a_run_resumes_from_its_last_state(corpus, tmp_path, capsys):
+    """last.pt holds tensors and plain values only: it loads with weights_only=True and resumes."""
+    train(config(corpus, tmp_path, max_steps=2, eval_every=1))
+    assert torch.load(tmp_path / "last.pt", weights_only=True)["step"] == 2
+    capsys.readouterr()
+    train(config(corpus, tmp_path, max_steps=3, eval_every=1))
+    assert "resumed at step 2" in capsys.readouterr().out
+    history = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in history] == [1, 2, 3]
+
+
 def test_the_best_checkpoint_records_the_whole_dev_curve(corpus, tmp_path):
     # lr 0: the first evaluation is the best, the later ones only tie it
     best = train(config(corpus, tmp_path, max_steps=3, eval_every=1, lr=0.0))
@@ -75,9 +86,9 @@ def test_the_best_checkpoint_records_the_whole_dev_curve(corpus, tmp_path):
 
 
 @pytest.mark.parametrize("pos_init, weights_alone", [("tagger", False), ("random", False), ("tagger", True)])
-def test_train_adds_pos_fusion(corpus, tmp_path, pos_init, weights_alone):
+def test_train_adds_pos_fusion(corpus, tmp_path, pos_init, weights_alone, tagger_dir):
     tags = str(corpus / "tags.npy")
-    embedding = Tagger.load().embedding
+    embedding = Tagger.load(tagger_dir).embedding
     tagger = None
     if weights_alone:  # the tagger's softmax weights alone, as on a machine without the tagger
         tagger = str(tmp_path / "pos_embedding.npy")
@@ -88,14 +99,14 @@ def test_train_adds_pos_fusion(corpus, tmp_path, pos_init, weights_alone):
     started_from_tagger = torch.allclose(p.model.tag_emb.weight, embedding, atol=0.05)
     assert started_from_tagger == (pos_init == "tagger")  # two small steps move it little
     assert len(p.predict("so what did you do today".split(), lookahead=2)) == 6
-    assert not (best / "tagger").exists()  # flair's tagger: fetched into the cache, not copied
+    assert not (best / "tagger").exists()  # flair's tagger: installed in the cache, not copied
 
 
-def test_a_fused_checkpoint_keeps_the_tagger_it_trained_with(corpus, tmp_path):
+def test_a_fused_checkpoint_keeps_the_tagger_it_trained_with(corpus, tmp_path, tagger_dir):
     """A tagger other than flair's (here one biased to say UH) travels with the checkpoint, so the
     model streams with the tags it learnt; ``tagger=`` still chooses another."""
     own = tmp_path / "own-tagger"
-    shutil.copytree(ensure_tagger(), own)
+    shutil.copytree(tagger_dir, own)
     weights = load_file(str(own / "tagger.safetensors"))
     tags = json.loads((own / "tagger.json").read_text())["tags"]
     weights["linear.bias"][tags.index("UH")] += 100
@@ -107,7 +118,7 @@ def test_a_fused_checkpoint_keeps_the_tagger_it_trained_with(corpus, tmp_path):
     words = "so what did you do today".split()
     p = Punctuator.load(best, device="cpu")
     assert p.tagger.tag(words) == ["UH"] * 6
-    flair = Punctuator.load(best, device="cpu", tagger=ensure_tagger())
+    flair = Punctuator.load(best, device="cpu", tagger=tagger_dir)
     assert flair.tagger.tag(words)[:3] == ["RB", "WP", "VBD"]
     with pytest.raises(CheckpointError, match="not a converted tagger"):
         Punctuator.load(best, device="cpu", tagger=tmp_path / "nowhere")

@@ -1,0 +1,109 @@
+"""What the server lets in, and how much: access control at the HTTP handshake, limits per connection.
+
+- :class:`Access` decides a handshake before the websocket opens: a shared secret (``Authorization:
+  Bearer``, or ``?token=`` for a browser, which cannot set headers) and an ``Origin`` allow-list
+  (by default only the server's own page: a web page elsewhere cannot open streams on a server it
+  can reach, the cross-site WebSocket hijacking that a token-less loopback server invites).
+- :class:`Limits` holds every limit of a connection, each configurable with a flag of ``serve``.
+- :class:`Pace` slows a connection that sends faster than its limit, and says when it is too far
+  ahead to be slowed (the server then finishes its stream with ``rate_limited``).
+
+docs/protocol.md ("Security") documents each, with the error codes.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from dataclasses import dataclass
+from http import HTTPStatus
+from urllib.parse import parse_qs, urlparse
+
+from websockets.http11 import Request
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a handshake is refused: the HTTP status and the error message's code and sentence."""
+
+    status: HTTPStatus
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Access:
+    """``token``: the shared secret every stream must present (None: none needed). ``origins``:
+    the web origins allowed besides the server's own page (``*``: any; ``null``: sandboxed and
+    file pages). A request without ``Origin`` (not a browser) is judged by the token alone."""
+
+    token: str | None = None
+    origins: tuple[str, ...] = ()
+
+    def refuse(self, request: Request, secure: bool) -> Refusal | None:
+        """Why this websocket handshake may not open, or None."""
+        if self.token is not None and not self._has_token(request):
+            return Refusal(
+                HTTPStatus.UNAUTHORIZED,
+                "unauthorized",
+                "this server needs a token: send `Authorization: Bearer TOKEN` (or ?token=TOKEN)",
+            )
+        origin = request.headers.get("Origin")
+        if origin is not None and not self._allows(origin, request.headers.get("Host", ""), secure):
+            return Refusal(
+                HTTPStatus.FORBIDDEN,
+                "forbidden_origin",
+                f"pages from {origin[:100]} may not open streams here (serve --allow-origin)",
+            )
+        return None
+
+    def _has_token(self, request: Request) -> bool:
+        assert self.token is not None
+        given = request.headers.get("Authorization", "")
+        scheme, _, value = given.partition(" ")
+        if scheme.lower() != "bearer":
+            value = (parse_qs(urlparse(request.path).query).get("token") or [""])[0]
+        return hmac.compare_digest(value.strip().encode(), self.token.encode())
+
+    def _allows(self, origin: str, host: str, secure: bool) -> bool:
+        own = f"{'https' if secure else 'http'}://{host}"
+        return origin == own or "*" in self.origins or origin in self.origins
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A connection's limits (None: no limit). Rates are sustained rates with a burst allowance:
+    a client ahead of its rate is slowed; one more than ``max_wait_s`` ahead is refused."""
+
+    max_streams: int = 64  # open streams, all connections together (HTTP 503 beyond)
+    config_timeout_s: float | None = 10.0  # from the handshake to the config message
+    idle_timeout_s: float | None = 600.0  # between two messages (a tick counts)
+    max_session_s: float | None = 12 * 3600.0  # a stream's length, from its config
+    words_per_s: float | None = 200.0  # /v1/punct: words a second (speech: about 3)
+    words_burst: float = 2000.0
+    audio_speed: float | None = 10.0  # /v1/asr: audio seconds a second (1: real time)
+    audio_burst_s: float = 60.0
+    max_wait_s: float = 5.0  # slowed at most this long for one message
+    shutdown_grace_s: float = 10.0  # on SIGTERM: to take what clients send, and again to finish
+
+
+class Pace:
+    """A token bucket: ``rate`` units a second, ``burst`` at most in hand (rate None: unlimited)."""
+
+    def __init__(self, rate: float | None, burst: float, clock=time.monotonic):
+        self.rate, self.burst, self.clock = rate, burst, clock
+        self.tokens, self.last = burst, clock()
+
+    def wait(self, amount: float) -> float:
+        """Take ``amount``; the seconds to wait before acting on it (0: at once)."""
+        if self.rate is None:
+            return 0.0
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
+        self.last = now
+        self.tokens -= amount
+        return max(0.0, -self.tokens / self.rate)
+
+    def give_back(self, amount: float) -> None:
+        """Undo a take that was refused."""
+        self.tokens += amount

@@ -1,0 +1,355 @@
+"""A server safe to expose, tried as an attacker would on loopback (a real `streampunct serve`):
+tokens, origins, TLS, the page's headers, the limits of a connection, unencodable text, and a
+SIGTERM while every stream still has work queued."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from websockets.asyncio.client import connect
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+from tests.browser import cdp_eval, chromium, needs_chromium
+from tests.test_server import WORDS, finals, start_server, stop_server, validate
+
+CONFIG = json.dumps({"type": "config", "version": 1, "lookahead": 2, "max_delay_ms": None})
+
+
+async def replies_until_closed(ws) -> list[dict]:
+    out = []
+    try:
+        async for raw in ws:
+            out.append(json.loads(raw))
+    except ConnectionClosed:
+        pass
+    for r in out:
+        validate(r)
+    return out
+
+
+async def refused(url: str, **kwargs) -> tuple[int, dict, Headers]:
+    """The HTTP status, JSON body and headers of a refused handshake."""
+    with pytest.raises(InvalidStatus) as e:
+        await connect(url, **kwargs)
+    response = e.value.response
+    return response.status_code, json.loads(response.body), response.headers
+
+
+async def opens(url: str, **kwargs) -> dict:
+    """The ready message of a stream that opens."""
+    async with connect(url, **kwargs) as ws:
+        await ws.send(CONFIG)
+        ready = json.loads(await ws.recv())
+        await ws.send(json.dumps({"type": "end"}))
+        return ready
+
+
+@pytest.fixture(scope="module")
+def guarded():
+    proc, url = start_server("--token", "s3cret token", "--allow-origin", "https://captions.example")
+    yield url
+    stop_server(proc)
+
+
+def test_a_token_is_checked_before_the_websocket_opens(guarded):
+    punct = guarded + "/v1/punct"
+
+    async def go():
+        status, body, headers = await refused(punct)
+        assert (status, body["code"]) == (401, "unauthorized")
+        assert headers["WWW-Authenticate"].startswith("Bearer")
+        status, body, _ = await refused(punct, additional_headers={"Authorization": "Bearer s3cret"})
+        assert status == 401
+        status, _, _ = await refused(punct + "?token=nope")
+        assert status == 401
+        bearer = {"Authorization": "Bearer s3cret token"}
+        assert (await opens(punct, additional_headers=bearer))["type"] == "ready"
+        assert (await opens(punct + "?token=s3cret%20token"))["type"] == "ready"  # the browser's way
+
+    asyncio.run(go())
+    http = guarded.replace("ws://", "http://")
+    with urllib.request.urlopen(http + "/health") as r:  # a probe needs no token, and learns nothing
+        assert json.loads(r.read())["status"] == "ok"
+
+
+def test_only_allowed_origins_may_open_streams(guarded):
+    punct = guarded + "/v1/punct?token=s3cret%20token"
+    own = guarded.replace("ws://", "http://")
+
+    async def go():
+        for origin in ("http://evil.example", "null", own.replace("127.0.0.1", "localhost")):
+            status, body, _ = await refused(punct, origin=origin)
+            assert (status, body["code"]) == (403, "forbidden_origin"), origin
+        for origin in (own, "https://captions.example", None):  # None: not a browser
+            assert (await opens(punct, origin=origin))["type"] == "ready", origin
+
+    asyncio.run(go())
+
+
+def test_the_page_has_a_content_security_policy_and_names_no_versions(guarded):
+    http = guarded.replace("ws://", "http://")
+    with urllib.request.urlopen(http + "/") as r:
+        page, headers = r.read().decode(), r.headers
+    csp = headers["Content-Security-Policy"]
+    assert "default-src 'none'" in csp and "frame-ancestors 'none'" in csp and "'sha256-" in csp
+    assert "unsafe-inline" not in csp
+    assert headers["X-Frame-Options"] == "DENY" and headers["X-Content-Type-Options"] == "nosniff"
+    assert headers["Server"] == "streampunct"
+    assert "autostart" not in page  # the microphone opens only when the user presses Start
+
+
+@needs_chromium
+def test_a_page_on_another_origin_cannot_open_a_stream(guarded):
+    """Cross-site WebSocket hijacking: a page elsewhere, which knows even the token, is refused;
+    the server's own page, on its own origin, is not."""
+    target_url = guarded + "/v1/punct?token=s3cret%20token"
+    probe = (
+        "<!doctype html><title>probe</title><script>"
+        f"const probe = new WebSocket({json.dumps(target_url)});"  # not `ws`: the page has its own
+        "probe.onopen = () => { document.title = 'open'; };"
+        "probe.onerror = () => { document.title = 'refused'; };"
+        "</script>"
+    ).encode()
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(probe)
+
+        def log_message(self, *args):
+            pass
+
+    foreign = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=foreign.serve_forever, daemon=True).start()
+    try:
+
+        def outcome(url: str, run_probe: bool = False) -> object:
+            """The probe's verdict in the page at ``url`` (``run_probe``: run it there first)."""
+            with chromium(url) as target:
+                if run_probe:
+                    asyncio.run(cdp_eval(target, probe.decode().split("<script>")[1].split("</script>")[0]))
+                title = None
+                for _ in range(100):
+                    title = asyncio.run(cdp_eval(target, "document.title"))
+                    if title in ("open", "refused"):
+                        break
+                    time.sleep(0.1)
+                return title
+
+        assert outcome(f"http://127.0.0.1:{foreign.server_address[1]}/") == "refused"
+        own = guarded.replace("ws://", "http://")
+        assert outcome(own + "/", run_probe=True) == "open"  # the same probe, in the server's own page
+    finally:
+        foreign.shutdown()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
+def test_tls(tmp_path, shipped):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost"]
+        + ["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+    proc, url = start_server("--certfile", str(cert), "--keyfile", str(key))
+    try:
+        assert url.startswith("wss://")
+        trust = ssl.create_default_context(cafile=str(cert))
+
+        async def go():
+            async with connect(url + "/v1/punct", ssl=trust) as ws:
+                await ws.send(CONFIG)
+                await ws.send(json.dumps({"type": "words", "words": WORDS}))
+                await ws.send(json.dumps({"type": "end"}))
+                replies = await replies_until_closed(ws)
+            with pytest.raises(ssl.SSLCertVerificationError):  # a client that does not trust it
+                await connect(url + "/v1/punct")
+            with pytest.raises((InvalidHandshake, OSError)):  # plain websockets to a TLS port
+                await connect(url.replace("wss://", "ws://") + "/v1/punct", open_timeout=5)
+            return replies
+
+        replies = asyncio.run(go())
+        assert finals(replies) == shipped.predict(WORDS, lookahead=2)
+    finally:
+        stop_server(proc)
+
+
+def test_a_bad_certificate_is_one_line_at_start(tmp_path):
+    bad = tmp_path / "cert.pem"
+    bad.write_text("not a certificate")
+    command = [sys.executable, "-m", "server.app", "--port", "0", "--device", "cpu"]
+    done = subprocess.run(
+        [*command, "--certfile", str(bad), "--keyfile", str(bad)], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "error: cannot use" in done.stderr
+
+
+# --- limits ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def limited():
+    proc, url = start_server(
+        *("--config-timeout-s", "0.5", "--idle-timeout-s", "1.5", "--max-session-s", "6"),
+        *("--words-per-s", "20", "--words-burst", "20", "--max-wait-s", "1"),
+    )
+    yield url
+    stop_server(proc)
+
+
+def test_a_connection_that_never_configures_is_closed(limited):
+    async def go():
+        async with connect(limited + "/v1/punct") as ws:
+            t0 = time.monotonic()
+            replies = await replies_until_closed(ws)
+            return replies, ws.close_code, time.monotonic() - t0
+
+    replies, code, waited = asyncio.run(go())
+    assert [r["code"] for r in replies] == ["config_timeout"] and code == 1008
+    assert waited < 3
+
+
+def test_an_idle_stream_is_finished_not_dropped(limited, shipped):
+    async def go():
+        async with connect(limited + "/v1/punct") as ws:
+            await ws.send(CONFIG)
+            await ws.send(json.dumps({"type": "words", "words": WORDS}))
+            return await replies_until_closed(ws), ws.close_code
+
+    replies, code = asyncio.run(go())
+    assert [r.get("code") for r in replies if r["type"] == "error"] == ["idle_timeout"]
+    assert replies[-1] == {"type": "end", "words": len(WORDS), "reason": "idle timeout"} and code == 1008
+    assert finals(replies) == shipped.predict(WORDS, lookahead=2)
+
+
+def test_a_stream_may_last_so_long(limited):
+    async def go():
+        async with connect(limited + "/v1/punct") as ws:
+            await ws.send(CONFIG)
+            sent = 0
+            try:
+                while True:  # a word a second, never idle
+                    await ws.send(json.dumps({"type": "words", "words": ["word"]}))
+                    sent += 1
+                    await asyncio.sleep(1.0)
+            except ConnectionClosed:
+                pass
+            return await replies_until_closed(ws), sent
+
+    t0 = time.monotonic()
+    replies, sent = asyncio.run(go())
+    assert 5.5 < time.monotonic() - t0 < 9
+    assert "session_too_long" in [r.get("code") for r in replies]
+    # every word sent is final, but for one the client may have sent while the server finished
+    assert replies[-1]["type"] == "end" and sent - 1 <= replies[-1]["words"] <= sent
+
+
+def test_a_client_ahead_of_its_rate_is_slowed_then_refused(limited, shipped):
+    """20 words a second with 20 in hand: the first 20 at once, the next 10 after about half a
+    second; 60 more at once would take 3 s, more than the 1 s a message may wait: refused, and the
+    stream is finished with every word taken final."""
+
+    async def go():
+        async with connect(limited + "/v1/punct") as ws:
+            await ws.send(CONFIG)
+            await ws.recv()
+            t0 = time.monotonic()
+            await ws.send(json.dumps({"type": "words", "words": WORDS}))
+            await ws.send(json.dumps({"type": "words", "words": WORDS[:10]}))
+            await ws.send(json.dumps({"type": "tick", "now": 1.0}))
+            while "events" not in (reply := json.loads(await ws.recv())) or not any(
+                e["index"] >= 20 for e in reply["events"]
+            ):
+                pass
+            slowed = time.monotonic() - t0
+            await ws.send(json.dumps({"type": "words", "words": WORDS * 3}))
+            return slowed, await replies_until_closed(ws), ws.close_code
+
+    slowed, replies, code = asyncio.run(go())
+    assert slowed >= 0.35
+    errors = [r for r in replies if r["type"] == "error"]
+    assert [e["code"] for e in errors] == ["rate_limited"] and errors[0]["word"] == 30
+    assert replies[-1] == {"type": "end", "words": 30, "reason": "rate limit"} and code == 1008
+
+
+# --- text that cannot be sent back, and a SIGTERM under load ----------------------------------
+
+
+def test_lone_surrogates_are_bad_messages(guarded, shipped):
+    punct = guarded + "/v1/punct?token=s3cret%20token"
+
+    async def go():
+        async with connect(punct) as ws:
+            await ws.send(CONFIG)
+            await ws.send('{"type": "words", "words": ["a\\ud800b"]}')
+            await ws.send('{"type": "wor\\udfffds", "words": ["x"]}')
+            await ws.send('{"type": "words", "words": [{"text": "\\ud800"}]}')
+            await ws.send('{"type": "words", "words": ["\\ud83d\\ude00"]}')  # a pair is a character
+            await ws.send(json.dumps({"type": "words", "words": WORDS}))
+            await ws.send(json.dumps({"type": "end"}))
+            return await replies_until_closed(ws)
+
+    replies = asyncio.run(go())
+    assert [r["code"] for r in replies if r["type"] == "error"] == ["bad_message"] * 3
+    assert replies[-1] == {"type": "end", "words": 1 + len(WORDS)}
+    assert finals(replies) == shipped.predict(["\U0001f600", *WORDS], lookahead=2)
+
+
+def test_version_true_is_not_version_1(guarded):
+    async def go():
+        async with connect(guarded + "/v1/punct?token=s3cret%20token") as ws:
+            await ws.send(json.dumps({"type": "config", "version": True}))
+            return json.loads(await ws.recv())
+
+    assert asyncio.run(go())["code"] == "unsupported_version"
+
+
+def test_sigterm_while_behind_finishes_every_stream(shipped):
+    """Six streams send 40 words each in messages of 4, as fast as they can, then the server gets
+    SIGTERM: it stops taking new streams, takes what each client had sent, and every word gets its
+    final decision and every client its end."""
+    proc, url = start_server("--words-per-s", "off")
+    texts = [(WORDS * 3)[i : i + 40] for i in range(6)]
+    try:
+
+        async def one(words, sent):
+            async with connect(url + "/v1/punct") as ws:
+                await ws.send(CONFIG)
+                for i in range(0, len(words), 4):
+                    await ws.send(json.dumps({"type": "words", "words": words[i : i + 4]}))
+                sent.set()
+                return await replies_until_closed(ws)
+
+        async def go():
+            sent = [asyncio.Event() for _ in texts]
+            streams = [asyncio.create_task(one(w, s)) for w, s in zip(texts, sent)]
+            for s in sent:
+                await s.wait()
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.3)
+            status, body, _ = await refused(url + "/v1/punct")  # no new streams while stopping
+            assert (status, body["code"]) == (503, "shutting_down")
+            return await asyncio.gather(*streams)
+
+        for words, replies in zip(texts, asyncio.run(go())):
+            assert replies[-1] == {"type": "end", "words": 40, "reason": "server shutting down"}
+            assert finals(replies) == shipped.predict(words, lookahead=2)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
