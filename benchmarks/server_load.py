@@ -7,7 +7,7 @@
 
 Each section runs against fresh servers (`benchmarks/soak.py`'s ``start_server``: `streampunct
 serve` on a free loopback port, its log in a temporary file) with their default limits (200 words
-a second per /v1/punct connection, 10x real time per /v1/asr connection, a 30 s shutdown grace),
+a second per /v1/punct connection, 10x real time per /v1/asr connection, a 10 s shutdown grace),
 except the number of streams, raised above the largest N tried. The text is IWSLT dev2012
 (``--data``), or a few built-in sentences where it is missing.
 
@@ -47,7 +47,7 @@ b. SIGTERM mid-stream: ``--sigterm-streams`` /v1/punct streams at 3 words a seco
    b2 (not in ``--quick``): the same, but the clients keep talking after the signal, as live
    recognisers do, until the server ends their streams (at most ``--keep-talking-cap-s``, then
    they end them themselves): the server must end every stream itself and exit within its
-   shutdown grace (30 s), every word sent before the signal final.
+   shutdown bound (twice the 10 s grace), every word sent before the signal final.
 c. stalled reader: a client with a small socket receive buffer and no compression sends its
    config, reads ``ready``, then sends words at 90 % of the server's rate limit (20 a message)
    for ``--stall-seconds`` and never reads again. Beside it a neighbour stream runs at 3 words a
@@ -795,7 +795,7 @@ async def fault_sigterm(
     }
     good = lost == 0 and good_end == n and all(c == 1001 for c in codes) and status == 0 and not t["errors"]
     if keep_talking:
-        grace = Limits().shutdown_grace_s
+        grace = 2 * Limits().shutdown_grace_s  # taking what clients send, then finishing: docs/protocol.md
         out.update(
             words_sent_after_signal=after,
             of_those_final=after_final,
