@@ -19,6 +19,7 @@ import base64
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -101,7 +102,6 @@ class App:
         self.punctuator = punctuator
         self.access = access or Access()
         self.limits = limits or Limits()
-        self.max_streams = self.limits.max_streams
         self.secure = secure  # TLS: the page's own origin is https://
         self.asr_model_name = asr_model
         self.asr_device = asr_device
@@ -181,10 +181,12 @@ class App:
             return _json_response(
                 HTTPStatus.SERVICE_UNAVAILABLE, P.error("shutting_down", "the server is shutting down")
             )
-        if self.active >= self.max_streams:
+        if self.active >= self.limits.max_streams:
             return _json_response(
                 HTTPStatus.SERVICE_UNAVAILABLE,
-                P.error("too_many_streams", f"the server is at its limit of {self.max_streams} streams"),
+                P.error(
+                    "too_many_streams", f"the server is at its limit of {self.limits.max_streams} streams"
+                ),
             )
         return None
 
@@ -195,11 +197,13 @@ class App:
         session_id = f"{next(self._ids):06d}"
         peer = connection.remote_address[0] if connection.remote_address else None
         self.active += 1
-        if self.active > self.max_streams:  # handshakes that passed process_request together
+        if self.active > self.limits.max_streams:  # handshakes that passed process_request together
             self.active -= 1
             await connection.send(
                 P.dumps(
-                    P.error("too_many_streams", f"the server is at its limit of {self.max_streams} streams")
+                    P.error(
+                        "too_many_streams", f"the server is at its limit of {self.limits.max_streams} streams"
+                    )
                 )
             )
             await connection.close(1013, "too many streams")
@@ -236,6 +240,13 @@ def _json_response(status: HTTPStatus, payload: dict[str, Any]) -> Response:
 
 
 def page_response() -> Response:
+    """The caption page, with its headers (a fresh copy: websockets adds ``Server`` to them)."""
+    headers, html = _page()
+    return Response(200, "OK", Headers(headers), html)
+
+
+@functools.cache
+def _page() -> tuple[dict[str, str], bytes]:
     """The caption page, with a Content-Security-Policy that admits its own inline script and style
     (by hash) and nothing else: no other scripts, no framing, connections to this server only."""
     html = PAGE.read_bytes()
@@ -250,17 +261,15 @@ def page_response() -> Response:
         f"default-src 'none'; script-src {digests[b'script']}; style-src {digests[b'style']}; "
         "connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
     )
-    headers = Headers(
-        {
-            "Content-Type": "text/html; charset=utf-8",
-            "Content-Security-Policy": csp,
-            "X-Frame-Options": "DENY",
-            "X-Content-Type-Options": "nosniff",
-            "Referrer-Policy": "no-referrer",
-            "Permissions-Policy": "microphone=(self)",
-        }
-    )
-    return Response(200, "OK", headers, html)
+    headers = {
+        "Content-Type": "text/html; charset=utf-8",
+        "Content-Security-Policy": csp,
+        "X-Frame-Options": "DENY",
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Permissions-Policy": "microphone=(self)",
+    }
+    return headers, html
 
 
 def _after(start: float, seconds: float | None) -> float:
@@ -359,7 +368,7 @@ class Session:
                 break
             if await self.take(message):
                 return
-        if self.stream is not None and self.cfg is not None:
+        if self.cfg is not None:  # configured: it has a stream
             await self.end(reason="server shutting down")
         await self.connection.close(1001, "server shutting down")
 
@@ -747,7 +756,7 @@ async def run_server(
             logging.INFO,
             "listening",
             url=app.url,
-            streams=app.max_streams,
+            streams=app.limits.max_streams,
             token=app.access.token is not None,
         )
         if standalone:  # the signals are handled before anyone is told where to connect

@@ -84,7 +84,9 @@ def chromium(url: str, *flags: str) -> Iterator[str]:
             time.sleep(0.2)
         assert target, "chromium did not start"
         for _ in range(50):
-            if asyncio.run(cdp_eval(target, "document.readyState")) == "complete":
+            # the page asked for, loaded (not the about:blank chromium starts with)
+            page = "location.href + ' ' + document.readyState"
+            if asyncio.run(cdp_eval(target, page)) == f"{url} complete":
                 break
             time.sleep(0.1)
         yield target
