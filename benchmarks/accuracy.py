@@ -77,6 +77,7 @@ def main() -> None:
                 shipped[name] = json.loads(path.read_text())["results"]
                 window_from[name] = ModelConfig.read(checkpoint_dir(name)).window_from
         update_readme("accuracy-summary", summary(shipped, window_from))
+        update_readme("accuracy-short", summary(shipped, window_from, short=True))
         section = readme_section(model_dir)
         if section:
             update_readme(section, table(payload["results"], payload))
@@ -126,30 +127,33 @@ def measure(p: Punctuator, model_dir: Path, data: Path) -> dict:
     }
 
 
-def summary(models: dict[str, list[dict]], window_from: dict[str, int]) -> str:
+def summary(models: dict[str, list[dict]], window_from: dict[str, int], short: bool = False) -> str:
     """Micro-F1 by model, set and mode, one line per engine: what the default engine gives in bold
-    (auto: the window engine from the model's ``window_from`` on)."""
-    lines = [
-        "| model | set | engine | " + " | ".join(f"k={k}" for k in LOOKAHEADS) + " | offline |",
-        "|---|---|---|" + "---|" * (len(LOOKAHEADS) + 1),
-    ]
+    (auto: the window engine from the model's ``window_from`` on); ``short``: that line alone."""
+    modes = " | ".join(f"k={k}" for k in LOOKAHEADS) + " | offline |"
+    head = ["| model | set | " + modes, "|---|---|" + "---|" * (len(LOOKAHEADS) + 1)]
+    lines = [head[0].replace("| set |", "| set | engine |"), head[1] + "---|"] if not short else head
     for (model, rows), set_name in ((m, s) for m in models.items() for s in SETS):
-        offline = next(r for r in rows if r["set"] == set_name and r["mode"] == "offline")
-        for engine in ("masked", "window"):
-            cells = []
-            for k in LOOKAHEADS:
-                r = next(
-                    r for r in rows if (r["set"], r["mode"], r["engine"]) == (set_name, f"k={k}", engine)
-                )
-                cells.append(
-                    f"**{r['micro_f1']:.1f}**"
-                    if (engine == "window") == (k >= window_from[model])
-                    else f"{r['micro_f1']:.1f}"
-                )
+
+        def f1(mode: str, engine: str, rows: list[dict] = rows, set_name: str = set_name) -> float:
+            match = (set_name, mode, engine)
+            return next(r for r in rows if (r["set"], r["mode"], r["engine"]) == match)["micro_f1"]
+
+        offline = next(r for r in rows if r["set"] == set_name and r["mode"] == "offline")["micro_f1"]
+        if short:
+            auto = [f1(f"k={k}", "window" if k >= window_from[model] else "masked") for k in LOOKAHEADS]
             lines.append(
-                f"| {model} | {set_name} | {engine} | "
-                + " | ".join(cells)
-                + f" | **{offline['micro_f1']:.1f}** |"
+                f"| {model} | {set_name} | " + " | ".join(f"{x:.1f}" for x in [*auto, offline]) + " |"
+            )
+            continue
+        for engine in ("masked", "window"):
+            cells = [
+                f"**{f1(f'k={k}', engine):.1f}**" if (engine == "window") == (k >= window_from[model])
+                else f"{f1(f'k={k}', engine):.1f}"
+                for k in LOOKAHEADS
+            ]  # fmt: skip
+            lines.append(
+                f"| {model} | {set_name} | {engine} | " + " | ".join(cells) + f" | **{offline:.1f}** |"
             )
     return "\n".join(lines)
 

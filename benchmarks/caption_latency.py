@@ -44,6 +44,7 @@ from common import machine, percentile, update_readme, write_json  # noqa: E402
 from e2e import CLIP_GAP_S, compare, metrics, pool, read_wav, reference, silence, word_tokens  # noqa: E402
 
 from clients.file import load_audio, stream_file  # noqa: E402
+from streampunct import protocol as P  # noqa: E402
 from streampunct.text import normalize  # noqa: E402
 
 # Front-end settings: the server's flags. "today" is the front end before issue 19.
@@ -211,7 +212,7 @@ def run_frontend(
         try:
             for item in inputs:
                 first_line = len(log.read_text().splitlines())
-                result = asyncio.run(stream_file(url, item["audio"], 1.0, config))
+                result = asyncio.run(stream_file(url, item["audio"], 1.0, P.Config(**config)))
                 passes, sent, pushes = server_log(log, result.started, first_line)
                 words = word_times(result.timeline, sent)
                 acc = accuracy(words, item["text"])

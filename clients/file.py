@@ -29,7 +29,6 @@ from clients.common import (
     ClientError,
     SessionLost,
     add_stream_args,
-    caption_of,
     keep_captions,
     messages,
     open_stream,
@@ -38,6 +37,7 @@ from clients.common import (
     stream_config,
     write_subtitles,
 )
+from streampunct import protocol as P
 from streampunct.captions import Caption
 
 CHUNK_S = 0.25
@@ -51,9 +51,10 @@ def load_audio(path: str) -> np.ndarray:
     except ImportError as e:
         raise ClientError("decoding audio needs faster-whisper: pip install 'streampunct[asr]'") from e
     try:
-        return decode_audio(path, sampling_rate=16000)
+        audio: np.ndarray = decode_audio(path, sampling_rate=16000)
     except Exception as e:  # PyAV's errors are many; one sentence for all
         raise ClientError(f"{path}: cannot decode audio ({e})") from e
+    return audio
 
 
 @dataclass
@@ -61,7 +62,7 @@ class Result:
     captions: list[Caption] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)  # per caption, audio seconds
     timeline: list[tuple[float, dict[str, Any]]] = field(default_factory=list)  # (audio clock, message)
-    end: dict[str, Any] = field(default_factory=dict)
+    end: P.Finished | None = None
     started: float = 0.0  # time.monotonic() when the first audio was sent (audio clock 0)
 
 
@@ -69,7 +70,7 @@ async def stream_file(
     url: str,
     audio: np.ndarray,
     speed: float,
-    config: dict[str, Any],
+    config: P.Config,
     on_caption: Any = None,
     token: str | None = None,
 ) -> Result:
@@ -88,25 +89,25 @@ async def stream_file(
 
     async def receive() -> None:
         async for msg in messages(ws):
-            result.timeline.append((audio_clock(), msg))
-            if msg["type"] == "caption":
-                c = caption_of(msg)
-                result.captions.append(c)
-                latency = max(0.0, audio_clock() - (c.end or 0.0)) if pace != float("inf") else float("nan")
-                result.latencies.append(latency)
-                if on_caption:
-                    on_caption(c, latency)
-            elif msg["type"] == "error":
-                print(f"server: {msg['code']}: {msg['message']}", file=sys.stderr, flush=True)
-            elif msg["type"] == "lag":
-                print(
-                    f"server: recognition fell behind; skipped {msg['skipped_s']:.1f} s of audio "
-                    f"({msg['start']:.1f} to {msg['end']:.1f} s)",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            elif msg["type"] == "end":
-                result.end = msg
+            result.timeline.append((audio_clock(), msg.to_dict()))
+            match msg:
+                case P.Captioned(c):
+                    result.captions.append(c)
+                    late = max(0.0, audio_clock() - (c.end or 0.0)) if pace != float("inf") else float("nan")
+                    result.latencies.append(late)
+                    if on_caption:
+                        on_caption(c, late)
+                case P.Error(code, message):
+                    print(f"server: {code}: {message}", file=sys.stderr, flush=True)
+                case P.Lag(skipped_s, start, end):
+                    print(
+                        f"server: recognition fell behind; skipped {skipped_s:.1f} s of audio "
+                        f"({start:.1f} to {end:.1f} s)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                case P.Finished():
+                    result.end = msg
 
     async def chunks() -> AsyncIterator[bytes]:
         for i in range(0, len(pcm), step):

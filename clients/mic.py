@@ -23,7 +23,6 @@ from clients.common import (
     ClientError,
     SessionLost,
     add_stream_args,
-    caption_of,
     finish,
     keep_captions,
     messages,
@@ -32,6 +31,7 @@ from clients.common import (
     stream_config,
     write_subtitles,
 )
+from streampunct import protocol as P
 from streampunct.captions import Caption
 
 END_WAIT_S = 30.0  # after Ctrl-C, how long the server may take to send the last captions
@@ -50,16 +50,16 @@ class Screen:
         self.provisional: list[str] = []
         self.sentence_start = True
 
-    def words(self, msg: dict[str, Any]) -> None:
-        for w in msg["committed"]:
-            self.committed[w["index"]] = (w["text"], None)
-        self.provisional = [w["text"] for w in msg["provisional"]]
+    def words(self, msg: P.Recognised) -> None:
+        for i, w in enumerate(msg.committed):
+            self.committed[msg.first + i] = (w.text, None)
+        self.provisional = [w.text for w in msg.provisional]
         self.redraw()
 
-    def events(self, msg: dict[str, Any]) -> None:
-        for e in msg["events"]:
-            if e["final"] and e["index"] in self.committed:
-                self.committed[e["index"]] = (self.committed[e["index"]][0], e["mark"])
+    def events(self, msg: P.Events) -> None:
+        for e in msg.events:
+            if e.final and e.index in self.committed:
+                self.committed[e.index] = (self.committed[e.index][0], e.mark)
         self.redraw()
 
     def caption(self, c: Caption) -> None:
@@ -106,15 +106,16 @@ async def main(args: argparse.Namespace) -> int:
 
     async def receive() -> None:
         async for msg in messages(ws):
-            if msg["type"] == "words":
-                screen.words(msg)
-            elif msg["type"] == "events":
-                screen.events(msg)
-            elif msg["type"] == "caption":
-                captions.append(caption_of(msg))
-                screen.caption(captions[-1])
-            elif msg["type"] == "error":
-                print(f"\nserver: {msg['code']}: {msg['message']}", file=sys.stderr)
+            match msg:
+                case P.Recognised():
+                    screen.words(msg)
+                case P.Events():
+                    screen.events(msg)
+                case P.Captioned(caption):
+                    captions.append(caption)
+                    screen.caption(caption)
+                case P.Error(code, message):
+                    print(f"\nserver: {code}: {message}", file=sys.stderr)
 
     receiver = asyncio.create_task(receive())
     try:

@@ -33,25 +33,27 @@ from clients.common import (
     send_then_finish,
     stream_config,
 )
+from streampunct import protocol as P
 from streampunct.captions import Captioner
-from streampunct.types import PunctEvent
 
 
-def to_message(line: str, n: int) -> dict[str, Any]:
+def to_message(line: str, n: int) -> P.Words | P.Revise | P.Tick:
+    """The message of one input line, checked by the protocol's own rules."""
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as e:
         raise ClientError(f"input line {n} is not JSON: {e.msg}") from e
     if not isinstance(obj, dict):
         raise ClientError(f"input line {n} is not a JSON object")
-    if "revise" in obj:
-        return {"type": "revise", "index": obj["revise"], "words": obj.get("words", [])}
-    if "tick" in obj:
-        return {"type": "tick", "now": obj["tick"]}
-    if "words" in obj:
-        return {"type": "words", "words": obj["words"]}
-    if "text" in obj:
-        return {"type": "words", "words": [obj]}
+    try:
+        if "revise" in obj:
+            return P.Revise.from_dict({"index": obj["revise"], "words": obj.get("words", [])})
+        if "tick" in obj:
+            return P.Tick.from_dict({"now": obj["tick"]})
+        if "words" in obj or "text" in obj:
+            return P.Words.from_dict({"words": obj["words"] if "words" in obj else [obj]})
+    except P.ProtocolError as e:
+        raise ClientError(f"input line {n}: {e}") from e
     raise ClientError(f'input line {n} has none of "text", "words", "revise", "tick"')
 
 
@@ -59,12 +61,11 @@ async def receive(ws: Any, out: Any) -> None:
     captioner = Captioner(line_chars=None)  # whole sentences: this is text, not live captions
     try:
         async for msg in messages(ws):
-            if msg["type"] == "events":
-                events = [PunctEvent(e["index"], e["word"], e["label"], e["final"]) for e in msg["events"]]
-                for c in captioner.add(events):
+            if isinstance(msg, P.Events):
+                for c in captioner.add(msg.events):
                     print(c.text, file=out, flush=True)
-            elif msg["type"] == "error":
-                print(f"server: {msg['code']}: {msg['message']}", file=sys.stderr, flush=True)
+            elif isinstance(msg, P.Error):
+                print(f"server: {msg.code}: {msg.message}", file=sys.stderr, flush=True)
     finally:  # the end, or a lost session: the final words of the last sentence are printed too
         for c in captioner.flush():
             print(c.text, file=out, flush=True)
@@ -79,7 +80,7 @@ async def lines(source: IO[str]) -> AsyncIterator[str]:
         if not line.strip():
             continue
         try:
-            message = json.dumps(to_message(line, n))
+            message = to_message(line, n).to_json()
         except ClientError as e:  # the stream goes on
             print(f"streampunct words: skipped: {e}", file=sys.stderr, flush=True)
             continue

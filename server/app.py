@@ -32,7 +32,7 @@ import signal
 import ssl
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -44,13 +44,14 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from server import protocol as P
 from server.guard import Access, Limits, Pace
 from streampunct import Punctuator, StreamPunctError
-from streampunct.asr import SAMPLE_RATE, Hypothesis, StreamingRecognizer, is_silence
+from streampunct import protocol as P
+from streampunct.asr import Hypothesis, StreamingRecognizer, is_silence
 from streampunct.captions import Captioner
+from streampunct.flags import add_config_flags, config_from_flags, number_or_off
 from streampunct.scheduler import Batcher
-from streampunct.types import PunctEvent, Word
+from streampunct.types import SAMPLE_RATE, PunctEvent, Word
 
 PAGE = Path(__file__).parent / "page" / "index.html"
 
@@ -163,7 +164,7 @@ class App:
         if path not in ("/v1/punct", "/v1/asr"):
             return _json_response(
                 HTTPStatus.NOT_FOUND,
-                P.error("not_found", f"no endpoint {path}; try /v1/punct, /v1/asr or /health"),
+                P.Error("not_found", f"no endpoint {path}; try /v1/punct, /v1/asr or /health"),
             )
         refusal = self.access.refuse(request, self.secure)
         if refusal is not None:
@@ -173,18 +174,18 @@ class App:
                 code=refusal.code,
                 origin=(request.headers.get("Origin") or "")[:100],
             )
-            response = _json_response(refusal.status, P.error(refusal.code, refusal.message))
+            response = _json_response(refusal.status, P.Error(refusal.code, refusal.message))
             if refusal.status == HTTPStatus.UNAUTHORIZED:
                 response.headers["WWW-Authenticate"] = 'Bearer realm="streampunct"'
             return response
         if self.stopping.is_set():
             return _json_response(
-                HTTPStatus.SERVICE_UNAVAILABLE, P.error("shutting_down", "the server is shutting down")
+                HTTPStatus.SERVICE_UNAVAILABLE, P.Error("shutting_down", "the server is shutting down")
             )
         if self.active >= self.limits.max_streams:
             return _json_response(
                 HTTPStatus.SERVICE_UNAVAILABLE,
-                P.error(
+                P.Error(
                     "too_many_streams", f"the server is at its limit of {self.limits.max_streams} streams"
                 ),
             )
@@ -199,13 +200,8 @@ class App:
         self.active += 1
         if self.active > self.limits.max_streams:  # handshakes that passed process_request together
             self.active -= 1
-            await connection.send(
-                P.dumps(
-                    P.error(
-                        "too_many_streams", f"the server is at its limit of {self.limits.max_streams} streams"
-                    )
-                )
-            )
+            message = f"the server is at its limit of {self.limits.max_streams} streams"
+            await connection.send(P.Error("too_many_streams", message).to_json())
             await connection.close(1013, "too many streams")
             return
         _log(logging.INFO, "connect", session=session_id, path=path, peer=peer)
@@ -225,7 +221,7 @@ class App:
                 message = "the server failed on this stream; it is closed"
                 if stopped is not None:
                     message += f" (words before {stopped} are final)"
-                await connection.send(P.dumps(P.error("internal", message, stopped)))
+                await connection.send(P.Error("internal", message, stopped).to_json())
                 await connection.close(1011, "internal error")
             except ConnectionClosed:
                 pass
@@ -234,8 +230,8 @@ class App:
             _log(logging.INFO, "disconnect", session=session_id, words=session.words_in)
 
 
-def _json_response(status: HTTPStatus, payload: dict[str, Any]) -> Response:
-    body = json.dumps(payload).encode()
+def _json_response(status: HTTPStatus, payload: dict[str, Any] | P.Message) -> Response:
+    body = (payload.to_json() if isinstance(payload, P.Message) else json.dumps(payload)).encode()
     return Response(status.value, status.phrase, Headers({"Content-Type": "application/json"}), body)
 
 
@@ -290,17 +286,17 @@ class Session:
         self.app = app
         self.connection = connection
         self.id = session_id
-        self.cfg: P.StreamConfig | None = None
+        self.cfg: P.Config | None = None
         self.stream: Any = None
         self.words_in = 0
         self.started = math.inf  # when the config was taken
 
-    async def send(self, msg: dict[str, Any]) -> None:
-        await self.connection.send(P.dumps(msg))
+    async def send(self, msg: P.Message) -> None:
+        await self.connection.send(msg.to_json())
 
     async def send_events(self, events: list[PunctEvent]) -> None:
         if events:
-            await self.send(P.events(events))
+            await self.send(P.Events(tuple(events)))
 
     async def run(self) -> None:
         """Read and answer messages until the stream ends, a limit ends it, or the server stops."""
@@ -338,20 +334,20 @@ class Session:
         """Answer one message; True once the stream has ended (the connection is closed)."""
         try:
             if self.cfg is None:
-                await self.configure(P.parse(message))
+                await self.configure(P.Config.from_dict(P.parse(message), audio=self.audio))
                 self.started = time.monotonic()
             elif await self.on_message(message):
                 await self.connection.close()
                 return True
         except RateLimited as e:
-            await self.send(P.error("rate_limited", str(e), self.stream.n_words))
+            await self.send(P.Error("rate_limited", str(e), self.stream.n_words))
             await self.end(reason="rate limit")
             await self.connection.close(1008, "rate limit")
             return True
         except P.ProtocolError as e:
-            await self.send(P.error(e.code, str(e)))
+            await self.send(P.Error(e.code, str(e)))
         except StreamPunctError as e:  # e.g. revising final words: the stream is unchanged
-            await self.send(P.error("bad_input", str(e)))
+            await self.send(P.Error("bad_input", str(e)))
         return False
 
     async def shut_down(self) -> None:
@@ -377,14 +373,14 @@ class Session:
         limits = self.app.limits
         if self.cfg is None:
             message = f"no config message within {limits.config_timeout_s:g} s of connecting"
-            await self.send(P.error("config_timeout", message))
+            await self.send(P.Error("config_timeout", message))
             await self.connection.close(1008, "config timeout")
             return
         if limits.idle_timeout_s is not None and time.monotonic() - last >= limits.idle_timeout_s:
             code, message = "idle_timeout", f"no message for {limits.idle_timeout_s:g} s"
         else:
             code, message = "session_too_long", f"a stream may last {limits.max_session_s:g} s at most"
-        await self.send(P.error(code, message + "; the stream is finished", self.stream.n_words))
+        await self.send(P.Error(code, message + "; the stream is finished", self.stream.n_words))
         await self.end(reason=code.replace("_", " "))
         await self.connection.close(1008, code.replace("_", " "))
 
@@ -400,7 +396,7 @@ class Session:
         if wait:
             await asyncio.sleep(wait)
 
-    async def configure(self, msg: dict[str, Any]) -> None:
+    async def configure(self, cfg: P.Config) -> None:
         raise NotImplementedError
 
     async def on_message(self, message: str | bytes) -> bool:
@@ -412,48 +408,33 @@ class Session:
 
 
 class PunctSession(Session):
-    async def configure(self, msg: dict[str, Any]) -> None:
-        cfg = P.parse_config(msg)
+    async def configure(self, cfg: P.Config) -> None:
         self.stream = self.app.punctuator.stream(cfg.lookahead, cfg.max_delay_ms, cfg.engine)
         limits = self.app.limits
         self.rate = Pace(limits.words_per_s, limits.words_burst)
         self.cfg = cfg
-        await self.send(P.ready(self.id, cfg, "punct", self.stream.engine))
+        await self.send(P.Ready.of(self.id, cfg, self.stream.engine))
 
     async def on_message(self, message: str | bytes) -> bool:
-        msg = P.parse(message)
-        kind, batcher = msg["type"], self.app.batcher
-        if kind == "words":
-            words = P.parse_words(msg.get("words"))
-            await self.pace(len(words), self.rate, "words")
-            await self.send_events(await batcher.push(self.stream, words, now=P.parse_now(msg)))
-            self.words_in += len(words)
-        elif kind == "revise":
-            index, words = P.parse_index(msg), P.parse_words(msg.get("words"))
-            await self.pace(len(words), self.rate, "words")
-            await self.send_events(await batcher.revise(self.stream, index, words, now=P.parse_now(msg)))
-        elif kind == "tick":
-            now = P.parse_now(msg)
-            if now is None:
-                raise P.ProtocolError("bad_message", '"tick" needs "now", the recogniser\'s clock in seconds')
-            await self.send_events(await batcher.tick(self.stream, now))
-        elif kind == "end":
-            await self.end()
-            return True
-        elif kind == "config":
-            raise P.ProtocolError("bad_state", "this stream is already configured")
-        else:
-            raise P.ProtocolError(
-                "unknown_type", f"unknown message type {P.quote(kind)} (config, words, revise, tick, end)"
-            )
+        batcher = self.app.batcher
+        match P.read_client(message):
+            case P.Words(words, now):
+                await self.pace(len(words), self.rate, "words")
+                await self.send_events(await batcher.push(self.stream, list(words), now=now))
+                self.words_in += len(words)
+            case P.Revise(index, words, now):
+                await self.pace(len(words), self.rate, "words")
+                await self.send_events(await batcher.revise(self.stream, index, list(words), now=now))
+            case P.Tick(now):
+                await self.send_events(await batcher.tick(self.stream, now))
+            case P.End():
+                await self.end()
+                return True
         return False
 
     async def end(self, reason: str | None = None) -> None:
         await self.send_events(await self.app.batcher.finish(self.stream))
-        msg: dict[str, Any] = {"type": "end", "words": self.stream.n_words}
-        if reason:
-            msg["reason"] = reason
-        await self.send(msg)
+        await self.send(P.Finished(self.stream.n_words, reason=reason))
 
 
 class AsrSession(Session):
@@ -462,6 +443,8 @@ class AsrSession(Session):
     session's own runs a pass in the ASR worker whenever enough audio waits. When it falls behind
     real time, the recogniser skips to recent audio (streampunct.asr's catch-up policy) and the
     client gets a ``lag`` message; the connection stays open."""
+
+    audio = True
 
     # Audio waiting beyond this (a sender an hour ahead of recognition): stop reading. Not sooner:
     # a connection that is not read cannot answer its keepalive, and a file sent at full speed
@@ -484,8 +467,7 @@ class AsrSession(Session):
         self.quiet_until: float | None = None
         self.recognition: asyncio.Task[None] | None = None
 
-    async def configure(self, msg: dict[str, Any]) -> None:
-        cfg = P.parse_config(msg, audio=True)
+    async def configure(self, cfg: P.Config) -> None:
         self.recognizer = StreamingRecognizer(await self.app.whisper(), **self.app.asr_options)
         self.stream = self.app.punctuator.stream(cfg.lookahead, cfg.max_delay_ms, cfg.engine)
         self.captioner = Captioner()
@@ -493,7 +475,7 @@ class AsrSession(Session):
         limits = self.app.limits
         self.rate = Pace(limits.audio_speed, limits.audio_burst_s)
         self.cfg = cfg
-        await self.send(P.ready(self.id, cfg, "asr", self.stream.engine))
+        await self.send(P.Ready.of(self.id, cfg, self.stream.engine))
         self.recognition = asyncio.create_task(self.recognise(), name=f"asr-{self.id}")
 
     async def run(self) -> None:
@@ -515,15 +497,9 @@ class AsrSession(Session):
             await self.hear(audio)
             await self.make_room()
             return False
-        msg = P.parse(message)
-        if msg["type"] == "end":
-            await self.end()
-            return True
-        if msg["type"] == "config":
-            raise P.ProtocolError("bad_state", "this stream is already configured")
-        raise P.ProtocolError(
-            "unknown_type", f'unknown message type {P.quote(msg["type"])} (send binary audio, then "end")'
-        )
+        P.read_client(message, audio=True)  # an end: the only text message after the config
+        await self.end()
+        return True
 
     async def make_room(self) -> None:
         """Back-pressure for a sender far ahead of real time (a file sent as fast as possible):
@@ -587,7 +563,7 @@ class AsrSession(Session):
             log.exception("recognition_failed", extra={"fields": {"session": self.id}})
             try:
                 message = "speech recognition failed on this stream; it is closed"
-                await self.send(P.error("internal", message, self.stream.n_final))
+                await self.send(P.Error("internal", message, self.stream.n_final))
                 await self.connection.close(1011, "internal error")
             except ConnectionClosed:
                 pass
@@ -618,7 +594,7 @@ class AsrSession(Session):
                 start=round(skip.start, 3),
                 end=round(skip.end, 3),
             )
-            await self.send(P.lag(skip))
+            await self.send(P.Lag.over(skip.start, skip.end))
         if hyp.pass_ is not None and log.isEnabledFor(logging.DEBUG):
             p = hyp.pass_
             _log(
@@ -664,17 +640,11 @@ class AsrSession(Session):
                 first=first,
                 words=len(committed),
                 now=round(now, 3),
-                tentative=[P.word_dict(w) for w in guess],
+                tentative=[dataclasses.asdict(w) for w in guess],
             )
         events = await self.app.batcher.push(self.stream, committed, now=now, tentative=guess)
         if committed or provisional:
-            await self.send(
-                {
-                    "type": "words",
-                    "committed": [P.word_dict(w, first + i) for i, w in enumerate(committed)],
-                    "provisional": [P.word_dict(w) for w in provisional],
-                }
-            )
+            await self.send(P.Recognised(first, tuple(committed), tuple(provisional)))
         await self.emit(events)
 
     async def emit(self, events: list[PunctEvent], flush: bool = False) -> None:
@@ -696,16 +666,7 @@ class AsrSession(Session):
                     self.recognizer.sentence_end(end)
         captions = self.captioner.add(events) + (self.captioner.flush() if flush else [])
         for c in captions:
-            await self.send(
-                {
-                    "type": "caption",
-                    "text": c.text,
-                    "start": c.start,
-                    "end": c.end,
-                    "first": c.first,
-                    "last": c.last,
-                }
-            )
+            await self.send(P.Captioned(c))
 
     async def end(self, reason: str | None = None) -> None:
         """Recognise the audio that waits (the recognition task's last passes), then finish."""
@@ -718,14 +679,7 @@ class AsrSession(Session):
         rest = await loop.run_in_executor(self.app.asr_executor, self.recognizer.finish)
         await self.words(rest, [])
         await self.emit(await self.app.batcher.finish(self.stream), flush=True)
-        msg: dict[str, Any] = {
-            "type": "end",
-            "words": self.stream.n_words,
-            "audio_seconds": round(self.recognizer.duration, 3),
-        }
-        if reason:
-            msg["reason"] = reason
-        await self.send(msg)
+        await self.send(P.Finished(self.stream.n_words, round(self.recognizer.duration, 3), reason))
 
 
 async def run_server(
@@ -828,30 +782,6 @@ def asr_options(
     }
 
 
-LIMIT_HELP = {
-    "max_streams": "streams open at once, all clients together (HTTP 503 beyond)",
-    "config_timeout_s": "seconds from connecting to the config message",
-    "idle_timeout_s": "seconds without a message before the stream is finished",
-    "max_session_s": "seconds a stream may last",
-    "words_per_s": "words a second per /v1/punct stream, sustained; a client ahead is slowed",
-    "words_burst": "words a /v1/punct stream may send at once beyond its rate",
-    "audio_speed": "audio seconds a second per /v1/asr stream (1: real time), sustained",
-    "audio_burst_s": "audio seconds a /v1/asr stream may send at once beyond its rate",
-    "max_wait_s": "seconds a client may be slowed for one message; further ahead it is refused",
-    "shutdown_grace_s": "on SIGTERM, seconds the open streams take what their clients send before they "
-    "are finished; as long again to finish them",
-}
-
-
-def _number_or_off(value: str) -> float | None:
-    if value == "off":
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a number or off, not {value!r}") from None
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="streampunct serve", description="Run the streampunct websocket server."
@@ -887,14 +817,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--asr-confident",
-        type=_number_or_off,
+        type=number_or_off,
         default=ASR_DEFAULTS["confident"],
         help="commit a word on first sight at this recogniser probability (0 to 1, or off: only when two "
         "passes agree; default %(default)s)",
     )
     ap.add_argument(
         "--asr-end-of-speech-s",
-        type=_number_or_off,
+        type=number_or_off,
         default=ASR_DEFAULTS["end_of_speech_s"],
         help="silence (s) after the last word that commits the recogniser's whole guess (or off; "
         "default %(default)s)",
@@ -923,16 +853,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     security.add_argument("--certfile", help="TLS certificate chain (PEM): serve wss:// and https://")
     security.add_argument("--keyfile", help="TLS private key (PEM), with --certfile")
-    limit_flags = ap.add_argument_group("limits")
-    for field in dataclasses.fields(Limits):
-        kinds: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "float | None": _number_or_off}
-        kind = kinds[str(field.type)]
-        limit_flags.add_argument(
-            "--" + field.name.replace("_", "-"),
-            type=kind,
-            default=field.default,
-            help=f"{LIMIT_HELP[field.name]} ({'a number or off; ' * (kind is _number_or_off)}default %(default)s)",
-        )
+    add_config_flags(ap.add_argument_group("limits (docs/protocol.md, Security)"), Limits)
     ap.add_argument("--log-level", default="info")
     args = ap.parse_args(argv)
     if bool(args.certfile) != bool(args.keyfile):
@@ -949,7 +870,7 @@ def main(argv: list[str] | None = None) -> int:
             tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             tls.load_cert_chain(args.certfile, args.keyfile)
         access = Access(args.token or None, tuple(args.allow_origin))
-        limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
+        limits = config_from_flags(args, Limits)
 
         async def start() -> None:
             options = asr_options(

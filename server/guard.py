@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import hmac
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
+from typing import ClassVar
 from urllib.parse import parse_qs, urlparse
 
 from websockets.http11 import Request
@@ -75,22 +77,37 @@ class Limits:
     """A connection's limits (None: no limit). Rates are sustained rates with a burst allowance:
     a client ahead of its rate is slowed; one more than ``max_wait_s`` ahead is refused."""
 
-    max_streams: int = 64  # open streams, all connections together (HTTP 503 beyond)
-    config_timeout_s: float | None = 10.0  # from the handshake to the config message
-    idle_timeout_s: float | None = 600.0  # between two messages (a tick counts)
-    max_session_s: float | None = 12 * 3600.0  # a stream's length, from its config
-    words_per_s: float | None = 200.0  # /v1/punct: words a second (speech: about 3)
+    max_streams: int = 64
+    config_timeout_s: float | None = 10.0
+    idle_timeout_s: float | None = 600.0
+    max_session_s: float | None = 12 * 3600.0
+    words_per_s: float | None = 200.0
     words_burst: float = 2000.0
-    audio_speed: float | None = 10.0  # /v1/asr: audio seconds a second (1: real time)
+    audio_speed: float | None = 10.0
     audio_burst_s: float = 60.0
-    max_wait_s: float = 5.0  # slowed at most this long for one message
-    shutdown_grace_s: float = 10.0  # on SIGTERM: to take what clients send, and again to finish
+    max_wait_s: float = 5.0
+    shutdown_grace_s: float = 10.0
+
+    HELP: ClassVar[dict[str, str]] = {  # what each is, and the help of its `serve` flag
+        "max_streams": "streams open at once, all clients together (HTTP 503 beyond)",
+        "config_timeout_s": "seconds from connecting to the config message",
+        "idle_timeout_s": "seconds without a message (a tick counts) before the stream is finished",
+        "max_session_s": "seconds a stream may last, from its config",
+        "words_per_s": "words a second per /v1/punct stream, sustained (speech: about 3); a client ahead "
+        "is slowed",
+        "words_burst": "words a /v1/punct stream may send at once beyond its rate",
+        "audio_speed": "audio seconds a second per /v1/asr stream (1: real time), sustained",
+        "audio_burst_s": "audio seconds a /v1/asr stream may send at once beyond its rate",
+        "max_wait_s": "seconds a client may be slowed for one message; further ahead it is refused",
+        "shutdown_grace_s": "on SIGTERM, seconds the open streams take what their clients send before "
+        "they are finished; as long again to finish them",
+    }
 
 
 class Pace:
     """A token bucket: ``rate`` units a second, ``burst`` at most in hand (rate None: unlimited)."""
 
-    def __init__(self, rate: float | None, burst: float, clock=time.monotonic):
+    def __init__(self, rate: float | None, burst: float, clock: Callable[[], float] = time.monotonic):
         self.rate, self.burst, self.clock = rate, burst, clock
         self.tokens, self.last = burst, clock()
 

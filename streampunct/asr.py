@@ -58,7 +58,7 @@ import numpy as np
 
 from .errors import StreamPunctError
 from .text import normalize
-from .types import Word
+from .types import SAMPLE_RATE, Word
 
 __all__ = [
     "LocalAgreement",
@@ -71,8 +71,6 @@ __all__ = [
     "resolve_asr_model",
     "SAMPLE_RATE",
 ]
-
-SAMPLE_RATE = 16000
 
 
 def _key(text: str) -> str:

@@ -93,8 +93,10 @@ def calibrate(
         if engine == "masked":
             masked[k] = logits + torch.tensor(offsets)
         else:  # and the masked engine's on the same words
-            row["masked_same_words"] = round(_micro_f1(masked[k][:n].argmax(-1), gold), 2)
-            same_words["masked"][k], same_words["window"][k] = row["masked_same_words"], row["calibrated"]
+            assert k is not None  # MODES: the window engine's lookaheads are all bounded
+            same = round(_micro_f1(masked[k][:n].argmax(-1), gold), 2)
+            row["masked_same_words"] = same
+            same_words["masked"][k], same_words["window"][k] = same, round(after, 2)
         report.append(row)
         log(f"{mode:9} COMMA, PERIOD, QUESTION {offsets[1:]}: dev micro-F1 {before:.2f} -> {after:.2f}")
     window_from = choose_window_from(**same_words) if same_words["window"] else None

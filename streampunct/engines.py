@@ -61,7 +61,9 @@ class EngineStream(Protocol):
     :meth:`settle`. Between steps it adds tokens (:meth:`append`) and takes back a revised tail
     (:meth:`truncate`)."""
 
-    held: int  # tokens held
+    @property
+    def held(self) -> int:
+        """Tokens held."""
 
     def append(self, token: str, pieces: Pieces) -> None: ...
 

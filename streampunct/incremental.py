@@ -17,10 +17,12 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 
-from .model import PunctModel, layer_lookaheads, window_limit
+from .errors import InputError
+from .model import Layer, PunctModel, layer_lookaheads, window_limit
 
 __all__ = ["WindowState", "compute_many"]
 
@@ -40,8 +42,10 @@ class WindowState:
         cfg = model.cfg
         self.lookahead = lookahead
         self.ks = layer_lookaheads(lookahead, cfg.n_layer)
-        self.reach = (
-            [math.inf] * cfg.n_layer if lookahead is None else list(itertools.accumulate(self.ks))  # type: ignore[arg-type]
+        self.reach: list[float] = (  # inf: a window-engine pass recomputes every row
+            [math.inf] * cfg.n_layer
+            if lookahead is None
+            else list(itertools.accumulate(k for k in self.ks if k is not None))
         )
         self.device = next(model.parameters()).device
         self.ids: list[int] = [cfg.cls_id]
@@ -74,7 +78,7 @@ class WindowState:
 
     def append(self, pieces: Sequence[int]) -> None:
         if len(self.ids) + len(pieces) > window_limit(self.model.cfg):
-            raise ValueError("window longer than the model's positions")
+            raise InputError("window longer than the model's positions")
         self.word_start.append(len(self.ids))
         self.word_pos.extend([self.n_words - 1] * len(pieces))
         self.ids.extend(pieces)
@@ -97,10 +101,11 @@ class WindowState:
             self.fusion_keys = self.fusion_keys[:, :, :n_words]
             self.fusion_values = self.fusion_values[:, :, :n_words]
 
-    def _first_piece(self, word: int) -> int:
+    def _first_piece(self, word: float) -> int:
+        """First piece of ``word``; a word before the first (down to -inf) is [CLS]."""
         if word < 0:
             return 0  # [CLS]
-        return self.word_start[word] if word < self.n_words else len(self.ids)
+        return self.word_start[int(word)] if word < self.n_words else len(self.ids)
 
     def stale(self) -> bool:
         return self.dirty < self.n_words or self.rows[-1] != len(self.ids)
@@ -130,7 +135,7 @@ class WindowState:
                 return m.biased(logits, self.n_words - 1 - word, "window")
             return m.biased(logits, self.lookahead)
         if tags is None or len(tags) < word + 1:
-            raise ValueError("a POS-fused model needs the tags of the window's words up to this one")
+            raise InputError("a POS-fused model needs the tags of the window's words up to this one")
         kept = min(self.fusion_keys.shape[2], word)
         rows = list(range(kept, word + 1))
         h = top[[self._last_piece(w) for w in rows]][None]  # (1, n, C)
@@ -159,8 +164,8 @@ def compute_many(windows: Sequence[WindowState]) -> None:
     todo = [w for w in windows if w.stale()]
     models = {id(w.model) for w in todo}
     if len(models) > 1:  # one pass per model
-        for key in models:
-            compute_many([w for w in todo if id(w.model) == key])
+        for model_id in models:
+            compute_many([w for w in todo if id(w.model) == model_id])
         return
     if not todo:
         return
@@ -176,14 +181,15 @@ def compute_many(windows: Sequence[WindowState]) -> None:
         [p for w, d in zip(todo, d_prev) for p in range(d, len(w.ids))], dtype=torch.long, device=dev
     )
     emb = m.embed(ids, pos)  # (rows, C)
-    for w, d, t, rows in zip(todo, d_prev, T, emb.split([t - d for t, d in zip(T, d_prev)])):
-        w.buf[0, d:t] = rows
+    for w, dp, t, rows in zip(todo, d_prev, T, emb.split([t - dp for t, dp in zip(T, d_prev)])):
+        w.buf[0, dp:t] = rows
         w.rows[0] = t
     word_pos = [torch.tensor(w.word_pos, device=dev) for w in todo]
     biases: list[dict[tuple[int | None, int], torch.Tensor]] = [{} for _ in todo]  # attention masks
     positions = torch.arange(max(T), device=dev)
     scale = (m.cfg.n_embd // nh) ** -0.5
-    for i, layer in enumerate(m.layers):
+    # cast: nn.ModuleList is typed to yield Module, whose attributes mypy sees as Tensor | Module
+    for i, layer in enumerate(cast("list[Layer]", m.layers)):
         d = [min(w._first_piece(w0[b] - w.reach[i]), w.rows[i + 1], d_prev[b]) for b, w in enumerate(todo)]
         # Queries, keys and values of the rows of h[i] from d on, in one product; their keys and
         # values go into each window's buffer (rows before d_prev are rewritten as they were).
@@ -196,13 +202,13 @@ def compute_many(windows: Sequence[WindowState]) -> None:
         # The rows from d on attend over their window: per window, so nothing is padded.
         attended, at = [], 0
         for b, (w, db, t) in enumerate(zip(todo, d, T)):
-            n = t - db
-            key = (w.ks[i], db)
+            n, k = t - db, w.ks[i]
+            key = (k, db)
             if key not in biases[b]:  # [CLS] is word -1: every word sees it
-                if w.ks[i] is None:
+                if k is None:
                     allowed = torch.ones(t - db, t, dtype=torch.bool, device=dev)
                 else:
-                    allowed = word_pos[b][None, :t] <= word_pos[b][db:t, None] + w.ks[i]  # (n, t)
+                    allowed = word_pos[b][None, :t] <= word_pos[b][db:t, None] + k  # (n, t)
                 rel = m.position_bias(positions[db:t], positions[:t])  # (nh, n, t) or None
                 biases[b][key] = torch.where(allowed, 0.0 if rel is None else rel, -math.inf)
             scores = torch.baddbmm(

@@ -63,7 +63,7 @@ class Report:
 def score(reference: Sequence[str], predicted: Sequence[str]) -> Report:
     """Score predicted labels against reference labels, word by word."""
     if len(reference) != len(predicted):
-        raise ValueError(f"{len(reference)} reference labels but {len(predicted)} predicted")
+        raise InputError(f"{len(reference)} reference labels but {len(predicted)} predicted")
     tp = dict.fromkeys(MARK_CLASSES, 0)
     fp = dict.fromkeys(MARK_CLASSES, 0)
     fn = dict.fromkeys(MARK_CLASSES, 0)

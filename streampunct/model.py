@@ -28,7 +28,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .errors import CheckpointError
+from .errors import CheckpointError, InputError
 from .prosody import PauseFusion
 
 __all__ = ["ModelConfig", "PunctModel", "layer_lookaheads", "window_limit"]
@@ -100,7 +100,7 @@ def layer_lookaheads(lookahead: int | None, n_layer: int) -> list[int | None]:
     if lookahead is None:
         return [None] * n_layer
     if lookahead < 0:
-        raise ValueError(f"lookahead must be >= 0, got {lookahead}")
+        raise InputError(f"lookahead must be >= 0, got {lookahead}")
     base, extra = divmod(lookahead, n_layer)
     return [base + (1 if i < extra else 0) for i in range(n_layer)]
 
@@ -258,7 +258,7 @@ class PunctModel(nn.Module):
         else unchanged."""
         if self.pause_fusion is None or features is None or ahead == 0:
             return logits
-        return self.pause_fusion.apply(logits, features, ahead)
+        return self.pause_fusion.correct(logits, features, ahead)
 
     def set_label_bias(
         self,
@@ -270,12 +270,12 @@ class PunctModel(nn.Module):
         removes them. ``window_from`` (unchanged when None): where "auto" turns to the window engine."""
         n = self.cfg.n_labels
         if rows and (len(rows) < 2 or any(len(row) != n for row in rows)):
-            raise ValueError(
+            raise InputError(
                 f"label_bias needs a row of {n} offsets for each lookahead from k=0 "
                 f"and one for offline, got {[len(row) for row in rows]}"
             )
         if any(len(row) != n for row in window_rows):
-            raise ValueError(
+            raise InputError(
                 f"window_bias needs a row of {n} offsets for each lookahead from k=0, "
                 f"got {[len(row) for row in window_rows]}"
             )
@@ -357,7 +357,7 @@ class PunctModel(nn.Module):
         its tag each depend on words up to k after it, so the bound stays k. Offline it sees all.
         """
         if tags is None:
-            raise ValueError("this model fuses POS tags: give the words' tags")
+            raise InputError("this model fuses POS tags: give the words' tags")
         z = torch.cat([h, self.tag_emb(tags)], dim=-1)
         W = z.shape[1]
         allowed = valid[:, None, :].expand(-1, W, -1)  # (B, W, W): key words that exist
@@ -369,7 +369,7 @@ class PunctModel(nn.Module):
     def init_pos_embedding(self, weight: torch.Tensor) -> None:
         """Start the POS embeddings from a tagger's softmax weights (n_tags, pos_dim)."""
         if tuple(weight.shape) != tuple(self.tag_emb.weight.shape):
-            raise ValueError(
+            raise InputError(
                 f"POS weights {tuple(weight.shape)} do not fit {tuple(self.tag_emb.weight.shape)}"
             )
         self.tag_emb.weight.copy_(weight)
@@ -440,7 +440,7 @@ class PunctModel(nn.Module):
             shape.update(
                 n_types=0, pos_offset=hf["pad_token_id"] + 1, rel_buckets=hf["relative_attention_num_buckets"]
             )
-        model = cls(ModelConfig(**{**shape, **overrides}))  # type: ignore[arg-type]
+        model = cls(ModelConfig(**{**shape, **overrides}))
         src = {
             k.removeprefix(f"{kind}."): v.float() for k, v in load_file(str(d / "model.safetensors")).items()
         }

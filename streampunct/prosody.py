@@ -58,8 +58,10 @@ def pause_features(
     if word.start is None or word.end is None:
         return None
     # inside a word the pause is known to be none; at its edges, known when that word is seen
-    has_after, gap_after = _pause(word.end, after and after.start) if last_of_word else (1.0, 0.0)
-    has_before, gap_before = _pause(before and before.end, word.start) if first_of_word else (1.0, 0.0)
+    has_after, gap_after = _pause(word.end, after.start if after else None) if last_of_word else (1.0, 0.0)
+    has_before, gap_before = (
+        _pause(before.end if before else None, word.start) if first_of_word else (1.0, 0.0)
+    )
     chars = max(1, sum(c.isalnum() for c in word.text))
     stretch = math.log((word.end - word.start + 0.02) / (0.065 * chars + 0.05))
     return [has_after, gap_after, has_before, gap_before, max(-2.0, min(2.0, stretch)), float(last_of_word)]
@@ -91,7 +93,7 @@ class PauseFusion(nn.Module):
         return logits + self.out(nn.functional.gelu(self.inp(x))) + self.offsets[slots]
 
     @torch.no_grad()
-    def apply(
+    def correct(
         self, logits: torch.Tensor, features: Sequence[float] | None, ahead: int | None
     ) -> torch.Tensor:
         """One decision's (L,) logits, corrected when its word has times."""
@@ -112,7 +114,8 @@ def token_features(
         w = token_words[t]
         last = t + 1 == n or token_words[t + 1] != w
         first = t == 0 or token_words[t - 1] != w
-        seen = n - 1 - t if ahead[t] is None else ahead[t]
+        k = ahead[t]
+        seen = n - 1 - t if k is None else k
         after = words[token_words[t + 1]] if last and seen >= 1 and t + 1 < n else None
         before = words[w - 1] if first and w > 0 else None
         out.append(pause_features(words[w], before, after, last, first))

@@ -30,7 +30,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from .errors import StreamPunctError
+from .errors import InputError, StreamPunctError
 from .incremental import compute_many
 from .stream import Call, Finish, PunctStream, Push, Revise, Tick
 from .types import PunctEvent, Word
@@ -57,7 +57,7 @@ class Job:
 def run_batch(jobs: Sequence[Job]) -> list[list[PunctEvent] | Exception]:
     """Run jobs on distinct streams; one result (events, or the error) per job, in order."""
     if len({id(j.stream) for j in jobs}) != len(jobs):
-        raise ValueError("a batch takes at most one job per stream")
+        raise InputError("a batch takes at most one job per stream")
     results: list[list[PunctEvent] | Exception | None] = [None] * len(jobs)
     prepared = []
     for i, job in enumerate(jobs):
@@ -94,7 +94,7 @@ class Batcher:
         max_batch_words: int = 256,
     ):
         if max_batch < 1 or max_wait_ms < 0 or max_job_words < 1 or max_batch_words < 1:
-            raise ValueError("max_batch, max_job_words and max_batch_words must be >= 1, max_wait_ms >= 0")
+            raise InputError("max_batch, max_job_words and max_batch_words must be >= 1, max_wait_ms >= 0")
         self.max_batch = max_batch
         self.max_wait_ms = max_wait_ms
         self.max_job_words = max_job_words

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 import torch.nn as nn
+from tqdm import tqdm
 
 from .errors import DataFormatError
 from .pos import Tagger, installed_tagger
@@ -58,16 +59,25 @@ def read_asr_style(path: str | Path) -> list[tuple[list[str], list[str]]]:
 
 @dataclass(frozen=True)
 class TaggerTrainConfig:
-    ewt: str  # folder with en_ewt-ud-{train,dev}.conllu
-    out: str  # where the trained tagger goes (tagger.json, tagger.safetensors)
+    ewt: str
+    out: str
     steps: int = 800
     batch: int = 32
     lr: float = 5e-4
-    span: tuple[int, int] = (4, 100)  # words per training span, drawn uniformly
+    span: tuple[int, int] = (4, 100)
     train_reproject: bool = False
     eval_every: int = 250
     seed: int = 0
     threads: int = 0
+
+    HELP: ClassVar[dict[str, str]] = {  # what each field is (and the help of its CLI flag)
+        "ewt": "folder with en_ewt-ud-{train,dev}.conllu",
+        "out": "folder for the trained tagger (tagger.json, tagger.safetensors; Tagger.load(OUT))",
+        "span": "fewest and most words per training span, drawn uniformly",
+        "train_reproject": "train the reprojection layer too",
+        "eval_every": "steps between dev evaluations",
+        "threads": "torch CPU threads (0: torch's default)",
+    }
 
 
 def _crf_nll(tagger: Tagger, emissions: torch.Tensor, tags: torch.Tensor) -> torch.Tensor:
@@ -96,7 +106,8 @@ def _lm_vectors(
     ]
     out = []
     unknown = tagger.index["<unk>"]
-    with torch.no_grad():
+    bar = tqdm(total=len(segments), desc="character LM vectors", unit="segment", dynamic_ncols=True)
+    with torch.no_grad(), bar:
         for i in range(0, len(segments), 32):
             chunk = segments[i : i + 32]
             spans = [w for w, _ in chunk]
@@ -104,13 +115,7 @@ def _lm_vectors(
             for (_, tags), f, b in zip(chunk, fw, bw):
                 ids = [tagger.index.get(t, unknown) for t in tags]  # EWT's GW is not a Penn tag
                 out.append((torch.cat([f, b], dim=1).half(), ids))
-            print(
-                f"\rcharacter LM vectors: {min(i + 32, len(segments))}/{len(segments)} segments",
-                end="",
-                file=sys.stderr,
-                flush=True,
-            )
-    print(file=sys.stderr)
+            bar.update(len(chunk))
     return out
 
 
@@ -155,10 +160,9 @@ def train_tagger(cfg: TaggerTrainConfig) -> Path:
     dev_docs = read_asr_style(ewt / "en_ewt-ud-dev.conllu")
     t0 = time.perf_counter()
     train, dev = _lm_vectors(tagger, train_docs), _lm_vectors(tagger, dev_docs)
-    print(
+    tqdm.write(
         f"character LM vectors of {sum(len(i) for _, i in train):,} + {sum(len(i) for _, i in dev):,} "
-        f"words in {time.perf_counter() - t0:.0f}s",
-        file=sys.stderr,
+        f"words in {time.perf_counter() - t0:.0f}s"
     )
 
     # The word level trains in place, in the tagger itself: its own emissions and Viterbi.
@@ -169,10 +173,11 @@ def train_tagger(cfg: TaggerTrainConfig) -> Path:
         w.requires_grad_(True)
     opt = torch.optim.Adam(trained, lr=cfg.lr)
     best = _accuracy(tagger, dev)
-    print(f"dev accuracy before: {best:.2f}", file=sys.stderr)
+    tqdm.write(f"dev accuracy before: {best:.2f}")
     best_weights = {k: w.detach().clone() for k, w in weights.items()}
     batches = _spans(train, cfg, rng)
     t0, seen = time.perf_counter(), 0
+    bar = tqdm(total=cfg.steps, dynamic_ncols=True, mininterval=5)
     for step in range(1, cfg.steps + 1):
         x, y = next(batches)
         for g in opt.param_groups:  # linear decay to zero
@@ -183,17 +188,14 @@ def train_tagger(cfg: TaggerTrainConfig) -> Path:
         nn.utils.clip_grad_norm_(trained, 5.0)
         opt.step()
         seen += y.numel()
-        print(
-            f"\rstep {step}/{cfg.steps} loss {loss.item():.3f} {seen / (time.perf_counter() - t0):.0f} words/s",
-            end="",
-            file=sys.stderr,
-            flush=True,
-        )
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.3f}", words_s=f"{seen / (time.perf_counter() - t0):.0f}")
         if step % cfg.eval_every == 0 or step == cfg.steps:
             acc = _accuracy(tagger, dev)
-            print(f"\nstep {step}: dev accuracy {acc:.2f}", file=sys.stderr, flush=True)
+            bar.write(f"step {step}: dev accuracy {acc:.2f}")
             if acc > best:
                 best, best_weights = acc, {k: w.detach().clone() for k, w in weights.items()}
+    bar.close()
 
     # The same format as the converted flair tagger: its character LMs, the trained rest.
     state = load_file(str(source / "tagger.safetensors"))
@@ -206,5 +208,5 @@ def train_tagger(cfg: TaggerTrainConfig) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     save_file(state, str(out / "tagger.safetensors"))
     (out / "tagger.json").write_text(json.dumps(config, ensure_ascii=False, indent=1) + "\n")
-    print(f"tagger saved in {out} (dev accuracy {best:.2f} %)", file=sys.stderr)
+    tqdm.write(f"tagger saved in {out} (dev accuracy {best:.2f} %)")
     return out

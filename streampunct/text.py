@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from .errors import DataFormatError, UnknownLabelError
+from .errors import DataFormatError, InputError, UnknownLabelError
 
 __all__ = [
     "LABELS",
@@ -92,7 +92,7 @@ def normalize_labeled(words: Sequence[str], labels: Sequence[str]) -> tuple[list
     """Normalise labelled words for training: a split word's label goes on its last token, and the
     label of a word that vanishes (``--``) moves to the token before it if that one has none."""
     if len(words) != len(labels):
-        raise ValueError(f"{len(words)} words but {len(labels)} labels")
+        raise InputError(f"{len(words)} words but {len(labels)} labels")
     tokens: list[str] = []
     out: list[str] = []
     for word, label in zip(words, labels):
@@ -129,7 +129,7 @@ def render(tokens: Sequence[str], labels: Sequence[str], sentence_start: bool = 
     its first word keeps its case.
     """
     if len(tokens) != len(labels):
-        raise ValueError(f"{len(tokens)} tokens but {len(labels)} labels")
+        raise InputError(f"{len(tokens)} tokens but {len(labels)} labels")
     words: list[list[str]] = []  # [surface, label] per rendered word
     for token, label in zip(tokens, labels):
         if words and _attaches_left(token):  # "ca n't" -> "can't", "it 's" -> "it's"
@@ -168,7 +168,7 @@ def caption_text(
     """
     names = set() if names is None else names
     if len(raw) != len(labels):
-        raise ValueError(f"{len(raw)} words but {len(labels)} labels")
+        raise InputError(f"{len(raw)} words but {len(labels)} labels")
     tokens: list[str] = []
     token_labels: list[str] = []
     before = previous

@@ -26,13 +26,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import ClassVar, Literal, NamedTuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from .engines import label_tokens
+from .errors import CheckpointError, DataFormatError, InputError
 from .metrics import score
 from .model import ModelConfig, PunctModel
 from .pieces import WordPieces, collate, collate_tags
@@ -52,14 +53,14 @@ class TrainConfig:
     train: str
     dev: str
     out: str
-    encoder: str | None = None  # Hugging Face BERT or MPNet folder to start from
-    init: str | None = None  # or a streampunct checkpoint to continue from (fresh optimizer)
+    encoder: str | None = None
+    init: str | None = None
     window: int = 128
     batch: int = 16
     lr: float = 1.5e-4
     warmup: int = 200
     max_steps: int = 2800
-    max_minutes: float = 0.0  # also stop after this much training time (0: no limit)
+    max_minutes: float = 0.0
     noise: float = 0.05
     eval_every: int = 350
     dev_words: int = 20000
@@ -67,19 +68,46 @@ class TrainConfig:
     seed: int = 1
     device: str = "auto"
     threads: int = 0
-    workers: int = 0  # processes making batches (0: in the training loop, exactly resumable)
-    # POS fusion: tag ids of the training tokens (.npy) turn it on; the dev tokens' tags go with it
+    workers: int = 0
     tags: str | None = None
     dev_tags: str | None = None
-    pos_init: str = "tagger"  # or "random": the ablation of Shi et al.'s Table 2
-    freeze_encoder: bool = False  # train only what follows the encoder (fusion, head)
-    # the converted tagger's folder (default: the cache), or its softmax weights alone (.npy)
+    pos_init: Literal["tagger", "random"] = "tagger"
+    freeze_encoder: bool = False
     tagger: str | None = None
-    # distillation from a trained streampunct checkpoint (e.g. an MPNet model into MiniLM)
     teacher: str | None = None
-    distill: float = 0.5  # weight of the teacher's term; the labels' term has 1 - distill
+    distill: float = 0.5
     temperature: float = 2.0
-    window_share: float = 0.0  # share of batches that train the window engine
+    window_share: float = 0.0
+
+    HELP: ClassVar[dict[str, str]] = {  # what each field is (and the help of its CLI flag)
+        "train": "word<TAB>LABEL training file",
+        "dev": "word<TAB>LABEL dev file, for model selection",
+        "out": "run folder: best/ checkpoint, last.pt, history.jsonl",
+        "encoder": "Hugging Face BERT or MPNet folder to start from (CLI: the installed MiniLM-L6)",
+        "init": "or a streampunct checkpoint folder to continue from (fresh optimizer)",
+        "window": "words per training window",
+        "max_minutes": "also end after this many minutes of training steps; the learning rate decays "
+        "to zero at whichever end comes first (0: no time limit)",
+        "noise": "ASR-noise rate of each of dup/sub/del",
+        "eval_every": "steps between dev evaluations",
+        "dev_words": "dev words each evaluation scores",
+        "patience": "evaluations without gain before training stops",
+        "device": "cpu, cuda, cuda:1 ... (auto: cuda if present)",
+        "threads": "torch CPU threads (0: torch's default)",
+        "workers": "processes that make batches, for fast GPUs (0: in the training loop, exactly resumable)",
+        "tags": "POS tag ids of the training tokens (.npy): train a POS-fused model",
+        "dev_tags": "POS tag ids of the dev tokens (.npy), with tags",
+        "pos_init": "POS embeddings from the tagger's softmax weights, or random (the ablation of "
+        "Shi et al.'s Table 2)",
+        "freeze_encoder": "train only the layers after the encoder (POS fusion and the classifier)",
+        "tagger": "converted tagger folder (default: the one fetch-tagger installs), or its softmax "
+        "weights alone (a .npy of Tagger.embedding), where the tagger is not at hand",
+        "teacher": "distil a trained streampunct checkpoint folder (e.g. an MPNet model) into this one",
+        "distill": "weight of the teacher's probabilities in the loss, 0 to 1 (the labels': the rest)",
+        "temperature": "softening of the teacher's and the student's probabilities in distillation",
+        "window_share": "share of batches that train the window engine, 0 to 1 (dev k=2 is then "
+        "scored with it)",
+    }
 
 
 class Corpus:
@@ -132,7 +160,7 @@ def load_tags(path: str, n: int) -> np.ndarray:
     """POS tag ids of a corpus's tokens (a .npy made by ``Tagger``), checked against its length."""
     tags = np.load(path)
     if tags.ndim != 1 or len(tags) != n:
-        raise ValueError(f"{path}: {tags.shape} tags for {n:,} tokens")
+        raise DataFormatError(f"{tags.shape} tags for {n:,} tokens", path)
     return tags.astype(np.int64)
 
 
@@ -259,13 +287,13 @@ def with_pos_fusion(model: PunctModel, cfg: TrainConfig) -> PunctModel:
     random with the same spread (``"random"``, the ablation).
     """
     if cfg.pos_init not in ("tagger", "random"):
-        raise ValueError(f"pos_init is 'tagger' or 'random', not {cfg.pos_init!r}")
+        raise InputError(f"pos_init is 'tagger' or 'random', not {cfg.pos_init!r}")
     embedding = pos_embedding(cfg.tagger)
     fused = PunctModel(replace(model.cfg, n_tags=embedding.shape[0], pos_dim=embedding.shape[1]))
     encoder = {k: v for k, v in model.state_dict().items() if not k.startswith("head.")}
     missing, unexpected = fused.load_state_dict(encoder, strict=False)
     if unexpected or not all(k.startswith(("tag_emb.", "fusion.", "head.")) for k in missing):
-        raise ValueError(f"cannot add POS fusion to this model: {unexpected or missing}")
+        raise CheckpointError(f"cannot add POS fusion to this model: {unexpected or missing}")
     if cfg.pos_init == "random":
         embedding = torch.randn_like(embedding) * embedding.std()
     fused.init_pos_embedding(embedding)
@@ -329,6 +357,8 @@ def train(cfg: TrainConfig) -> Path:
     """Train; returns the folder of the best checkpoint (``<out>/best``)."""
     from tqdm import tqdm
 
+    if cfg.teacher and not (0.0 < cfg.distill <= 1.0 and cfg.temperature > 0):
+        raise InputError("distillation needs 0 < distill <= 1 and temperature > 0")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     out = Path(cfg.out)
@@ -345,18 +375,16 @@ def train(cfg: TrainConfig) -> Path:
         model = PunctModel.from_encoder(cfg.encoder)
         vocab = Path(cfg.encoder) / "vocab.txt"
     else:
-        raise ValueError("give an encoder folder (--encoder) or a checkpoint to continue (--init)")
+        raise InputError("give an encoder folder (--encoder) or a checkpoint to continue (--init)")
     if cfg.tags and not model.cfg.n_tags:
         model = with_pos_fusion(model, cfg)
     if model.cfg.n_tags and not (cfg.tags and cfg.dev_tags):
-        raise ValueError("a POS-fused model trains on tagged text: give --tags and --dev-tags")
+        raise InputError("a POS-fused model trains on tagged text: give --tags and --dev-tags")
     tagger_dir = trained_tagger(cfg) if model.cfg.n_tags else None
     model.to(device)
     pieces = WordPieces(vocab, model.cfg.max_pieces)
     teacher, teacher_pieces = None, None
     if cfg.teacher:
-        if not 0.0 < cfg.distill <= 1.0 or cfg.temperature <= 0:
-            raise ValueError("distillation needs 0 < distill <= 1 and temperature > 0")
         teacher = PunctModel.load(cfg.teacher, device)  # eval mode: no dropout in its targets
         teacher.requires_grad_(False)
         teacher_vocab = Path(cfg.teacher) / "vocab.txt"
@@ -415,6 +443,7 @@ def train(cfg: TrainConfig) -> Path:
         )
         tmp.replace(state_path)
 
+    batches: Iterator[Batch]
     if cfg.workers:  # worker processes make batches; a resumed run re-seeds them from its step
         loader = torch.utils.data.DataLoader(
             Batches(corpus, cfg, model.cfg, seed=(cfg.seed, step), teacher_cfg=teacher_cfg),
@@ -444,7 +473,8 @@ def train(cfg: TrainConfig) -> Path:
         loss = F.cross_entropy(
             logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100
         )
-        if teacher is not None:  # its batches carry teacher_inputs
+        if teacher is not None:
+            assert batch.teacher_inputs is not None  # batches are made with the teacher's config
             with torch.no_grad(), autocast:
                 taught = teacher(
                     *(t.to(device) for t in batch.teacher_inputs), k, tags if teacher.cfg.n_tags else None

@@ -15,20 +15,24 @@ from dataclasses import dataclass
 from .errors import InputError
 from .text import MARKS
 
-__all__ = ["Word", "PunctEvent", "Lookahead", "MAX_LOOKAHEAD", "ENGINES", "check_lookahead"]
+__all__ = ["Word", "PunctEvent", "Lookahead", "MAX_LOOKAHEAD", "ENGINES", "SAMPLE_RATE", "check_lookahead"]
 
 MAX_LOOKAHEAD = 64
+SAMPLE_RATE = 16000  # Hz: the audio every front end takes (Whisper's rate, /v1/asr's PCM)
 ENGINES = ("auto", "masked", "window")  # how the lookahead is bounded (streampunct.engines)
 
 
-def check_lookahead(lookahead: int | None) -> None:
-    """A lookahead is an int from 0 to MAX_LOOKAHEAD words, or None (offline)."""
-    if lookahead is None:
+def check_lookahead(lookahead: object, offline: bool = True) -> None:
+    """A lookahead is an int from 0 to MAX_LOOKAHEAD words, or None (offline) where ``offline``."""
+    if lookahead is None and offline:
         return
-    if isinstance(lookahead, bool) or not isinstance(lookahead, int):
-        raise InputError(f"lookahead must be an int or None (offline), got {lookahead!r}")
-    if not 0 <= lookahead <= MAX_LOOKAHEAD:
-        raise InputError(f"lookahead must be between 0 and {MAX_LOOKAHEAD} words, got {lookahead}")
+    if isinstance(lookahead, bool) or not isinstance(lookahead, int) or not 0 <= lookahead <= MAX_LOOKAHEAD:
+        shown = repr(lookahead) if len(repr(lookahead)) <= 40 else repr(lookahead)[:40] + "..."
+        raise InputError(
+            f"lookahead must be an integer from 0 to {MAX_LOOKAHEAD} words"
+            + (" or None (offline)" if offline else "")
+            + f", got {shown}"
+        )
 
 
 def _seconds(value: object) -> bool:
@@ -84,9 +88,7 @@ class Lookahead:
     max_delay_ms: float | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.words, bool) or not isinstance(self.words, int):
-            raise InputError(f"lookahead must be an int between 0 and {MAX_LOOKAHEAD}, got {self.words!r}")
-        check_lookahead(self.words)
+        check_lookahead(self.words, offline=False)
         if self.max_delay_ms is not None and not (_seconds(self.max_delay_ms) and self.max_delay_ms >= 0):
             raise InputError(f"max_delay_ms must be a finite number >= 0 or None, got {self.max_delay_ms!r}")
 

@@ -19,6 +19,33 @@ settings.register_profile(
 )
 settings.load_profile("ci")
 
+# Tiers (pyproject's markers): -m unit runs the logic alone in under a minute; -m "not e2e" adds
+# the shipped models. A test that loads a shipped model or the tagger is at least "model"; a
+# test marked by hand keeps its mark.
+E2E = {
+    "test_asr_lag.py", "test_client_failures.py", "test_e2e.py", "test_e2e_benchmark.py", "test_fuzz.py",
+    "test_latency_benchmark.py", "test_security.py", "test_server.py", "test_soak.py",
+}  # fmt: skip
+MODEL = {
+    "test_calibrate.py", "test_pos.py", "test_prosody.py", "test_punctuator.py", "test_stream_states.py",
+    "test_tagger_train.py", "test_train.py",
+}  # fmt: skip
+MODEL_FIXTURES = {"shipped", "base", "tagger_dir"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        name = item.path.name
+        if any(item.get_closest_marker(tier) for tier in ("unit", "model", "e2e")):
+            continue  # marked by hand
+        if name in E2E:
+            tier = "e2e"
+        elif name in MODEL or MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            tier = "model"
+        else:
+            tier = "unit"
+        item.add_marker(tier)
+
 
 @pytest.fixture(scope="session")
 def shipped() -> Punctuator:

@@ -112,7 +112,7 @@ def test_empty_input(capsys, monkeypatch):
 
 def test_bad_lookahead(capsys, monkeypatch):
     code, _, err = run(capsys, "punctuate", "-k", "99", stdin="hello\n", monkeypatch=monkeypatch)
-    assert code == 2 and "lookahead must be between 0 and 64" in err
+    assert code == 2 and "lookahead must be an integer from 0 to 64" in err
 
 
 def test_lookahead_and_offline_exclude_each_other(capsys):

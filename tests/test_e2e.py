@@ -21,6 +21,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from clients.file import load_audio, stream_file
+from streampunct import protocol as P
 from tests.browser import cdp_eval, cdp_screenshot, chromium, needs_chromium
 from tests.test_server import start_server, stop_server, validate
 
@@ -69,13 +70,13 @@ def check_transcript(captions: list[str]) -> None:
 @needs_espeak
 def test_audio_through_the_server(asr_server, speech):
     result = asyncio.run(
-        stream_file(asr_server, load_audio(str(speech)), 0, {"lookahead": 2, "max_delay_ms": 1500})
+        stream_file(asr_server, load_audio(str(speech)), 0, P.Config(lookahead=2, max_delay_ms=1500))
     )
     for _, msg in result.timeline:
         validate(msg)
     captions = [c.text for c in result.captions]
     check_transcript(captions)
-    assert result.end["type"] == "end" and result.end["audio_seconds"] > 10
+    assert result.end is not None and result.end.audio_seconds is not None and result.end.audio_seconds > 10
     committed = [w for _, m in result.timeline if m["type"] == "words" for w in m["committed"]]
     assert [w["index"] for w in committed] == list(range(len(committed)))
     assert all(w["start"] <= w["end"] for w in committed)

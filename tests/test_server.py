@@ -245,18 +245,29 @@ def test_stream_limit_and_graceful_shutdown(shipped):
             proc.kill()
 
 
+# Runs the words client as `pip install streampunct` (no extras) has it: the model stack unimportable.
+WITHOUT_MODELS = (
+    "import runpy, sys; sys.modules.update(dict.fromkeys("
+    "['torch', 'numpy', 'tokenizers', 'safetensors', 'faster_whisper', 'ctranslate2'])); "
+    "runpy.run_module('clients.words', run_name='__main__')"
+)
+
+
 def test_words_client(server, tmp_path):
-    lines = [json.dumps({"text": w}) for w in WORDS[:6]] + ["oops", json.dumps({"words": WORDS[6:]})]
+    bad = [json.dumps({"text": "late", "start": -1}), json.dumps({"revise": "x"})]
+    lines = [json.dumps({"text": w}) for w in WORDS[:6]] + ["oops", *bad, json.dumps({"words": WORDS[6:]})]
     f = tmp_path / "words.jsonl"
     f.write_text("\n".join(lines) + "\n")
     out = subprocess.run(
-        [sys.executable, "-m", "clients.words", "--url", server, str(f)],
+        [sys.executable, "-c", WITHOUT_MODELS, "--url", server, str(f)],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert out.returncode == 0, out.stderr
     assert "skipped: input line 7 is not JSON" in out.stderr
+    assert 'skipped: input line 8: "start" must be a finite number >= 0, got -1' in out.stderr
+    assert 'skipped: input line 9: "index" must be a word index >= 0, got "x"' in out.stderr
     text = " ".join(out.stdout.split())
     assert [w.strip(",.?").lower() for w in text.split()] == [
         w for w in " ".join(WORDS).replace(" n't", "n't").split()

@@ -67,6 +67,7 @@ def after_revision(
 ENGINES = pytest.mark.parametrize("engine", ["masked", "window"])
 
 
+@pytest.mark.model  # 2,400 words per case: the contract, not a unit
 @ENGINES
 @pytest.mark.parametrize("k", [0, 1, 2, 4])
 def test_stream_equals_predict_tiny(tiny, k, engine):
@@ -276,6 +277,7 @@ def test_finished_stream(tiny):
         s.finish()
 
 
+@pytest.mark.model
 @ENGINES
 def test_memory_is_flat(tiny, engine):
     s = tiny.stream(lookahead=2, engine=engine)
