@@ -52,6 +52,10 @@ class PauseTrainConfig:
     engine: Literal["auto", "masked", "window"] = "auto"
 
     HELP: ClassVar[dict[str, str]] = {  # what each field is (and the help of its CLI flag)
+        "segment_words": "words per training segment",
+        "epochs": "passes over the training segments",
+        "lr": "learning rate (AdamW)",
+        "seed": "random seed",
         "model": "checkpoint folder or shipped name (CLI default: default)",
         "train": "word<TAB>LABEL files the segments come from",
         "out": "folder for the checkpoint with pause fusion",

@@ -71,6 +71,10 @@ class TaggerTrainConfig:
     threads: int = 0
 
     HELP: ClassVar[dict[str, str]] = {  # what each field is (and the help of its CLI flag)
+        "steps": "training steps",
+        "batch": "spans per training step",
+        "lr": "learning rate (Adam)",
+        "seed": "random seed",
         "ewt": "folder with en_ewt-ud-{train,dev}.conllu",
         "out": "folder for the trained tagger (tagger.json, tagger.safetensors; Tagger.load(OUT))",
         "span": "fewest and most words per training span, drawn uniformly",

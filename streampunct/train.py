@@ -80,6 +80,11 @@ class TrainConfig:
     window_share: float = 0.0
 
     HELP: ClassVar[dict[str, str]] = {  # what each field is (and the help of its CLI flag)
+        "batch": "windows per training step",
+        "lr": "peak learning rate (AdamW), after warmup",
+        "warmup": "steps of linear warmup",
+        "max_steps": "training steps; the learning rate decays linearly to zero over them",
+        "seed": "random seed of batches, noise and initialisation",
         "train": "word<TAB>LABEL training file",
         "dev": "word<TAB>LABEL dev file, for model selection",
         "out": "run folder: best/ checkpoint, last.pt, history.jsonl",
