@@ -117,7 +117,7 @@ def plot(points: list[dict], teachers: list[dict], path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="default (the default), base or a checkpoint folder")
-    ap.add_argument("--readme", action="store_true", help="also rewrite the README's paragraph")
+    ap.add_argument("--readme", action="store_true", help="also rewrite its paragraph in docs/results.md")
     args = ap.parse_args()
     model_dir = checkpoint_dir(args.model)
     training = json.loads((model_dir / "training.json").read_text())
@@ -143,7 +143,7 @@ def main() -> None:
             )
         update_readme(
             "curve",
-            "![learning curve](benchmarks/results/learning_curve.png)\n\n" + text + " Written by "
+            "![learning curve](../benchmarks/results/learning_curve.png)\n\n" + text + " Written by "
             "`python benchmarks/learning_curve.py --readme` from the checkpoint's training.json.",
         )
 

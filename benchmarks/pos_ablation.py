@@ -170,7 +170,7 @@ def main() -> None:
         "--stream-words", type=int, default=0, help="also time a k=2 stream of this many words per model"
     )
     ap.add_argument("--from-json", help="rewrite the README table from a saved result")
-    ap.add_argument("--readme", action="store_true", help="also rewrite the README's ablation table")
+    ap.add_argument("--readme", action="store_true", help="also rewrite its table in docs/results.md")
     args = ap.parse_args()
     if args.from_json:
         payload = json.loads(Path(args.from_json).read_text())

@@ -10,7 +10,7 @@ caches would (`window_logits`), timed on the same words in the same run. Memory 
 process's resident set after 3,600 and after 36,000 pushed words (an hour of speech at 10 words a
 second). Streams per core: one core's time budget divided by the work of a stream speaking 3 words
 a second, for each engine at k=2. Another model than the default writes stream_latency_<name>.json
-(and the README's stream-<name> section).
+(and its stream-<name> section in docs/results.md).
 """
 
 from __future__ import annotations

@@ -193,7 +193,7 @@ def test_browser_caption_page(asr_server, speech, tmp_path):
                 target, "[...document.querySelectorAll('#captions p')].map(p => p.lastChild.textContent)"
             )
         )
-        if os.environ.get("STREAMPUNCT_SCREENSHOT"):  # the README's picture: a path to write it to
+        if os.environ.get("STREAMPUNCT_SCREENSHOT"):  # docs/usage.md's picture: a path to write it to
             asyncio.run(cdp_screenshot(target, Path(os.environ["STREAMPUNCT_SCREENSHOT"])))
         assert status == "done", status
         assert isinstance(captions, list) and captions
