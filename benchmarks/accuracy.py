@@ -53,7 +53,11 @@ def main() -> None:
     ap.add_argument("--data", help="folder with test2011 and test2011asr")
     ap.add_argument("--model", default=None, help="default, base or a checkpoint folder (default: default)")
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    ap.add_argument("--readme", action="store_true", help="also rewrite the accuracy tables in README.md and docs/results.md")
+    ap.add_argument(
+        "--readme",
+        action="store_true",
+        help="also rewrite the accuracy tables in README.md and docs/results.md",
+    )
     ap.add_argument(
         "--readme-only",
         action="store_true",
