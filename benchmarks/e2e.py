@@ -41,7 +41,9 @@ configuration (model x lookahead x pauses; ``push(words, now=clock)``, then ``fi
 limit) and takes each word's final label; a word's label goes on its last token (``normalize``),
 its other tokens get O (the stream's events are per word). ``--pauses`` (both, on, off) is passed
 to ``Punctuator.stream`` only when its signature has that parameter, and pauses=on runs only for a
-checkpoint with pause fusion (without it, on equals off); the JSON's "pauses" says what ran.
+checkpoint with pause fusion (without it, on equals off); the JSON's "pauses" says what ran. A
+checkpoint whose fusion reads the recogniser's own marks runs pauses=on twice: on the streamed
+words as the recogniser wrote them (marks=on), and with their marks taken off (marks=off).
 ``--models`` takes shipped names and checkpoint folders. Whisper's own marks: ``labeled_words`` of
 its words (``!`` is a PERIOD), for offline tiny.en and base, and for the streamed tiny.en words
 themselves (what a live Whisper stream shows today). References: ``labeled_words(text,
@@ -80,7 +82,7 @@ from streampunct.asr import SAMPLE_RATE, StreamingRecognizer, resolve_asr_model 
 from streampunct.conversation import labeled_words  # noqa: E402
 from streampunct.metrics import MARK_CLASSES, score  # noqa: E402
 from streampunct.punctuator import SHIPPED_MODELS, checkpoint_dir  # noqa: E402
-from streampunct.text import normalize, normalize_labeled, read_iwslt, render  # noqa: E402
+from streampunct.text import normalize, normalize_labeled, read_iwslt, render, without_mark  # noqa: E402
 from streampunct.types import Word  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -229,8 +231,12 @@ def stream_has_pauses() -> bool:
     return "pauses" in inspect.signature(Punctuator.stream).parameters
 
 
-def replay(p: Punctuator, asr: dict, lookahead: int, pauses: bool | None) -> tuple[list[str], list[str]]:
-    """The recorded committed batches through a fresh stream; each word's final label."""
+def replay(
+    p: Punctuator, asr: dict, lookahead: int, pauses: bool | None, marks: bool = True
+) -> tuple[list[str], list[str]]:
+    """The recorded committed batches through a fresh stream; each word's final label. Without
+    ``marks``, the recogniser's own marks are taken off its words first (a recogniser that writes
+    none)."""
     kwargs: dict[str, object] = {"lookahead": lookahead, "max_delay_ms": None}
     if pauses is not None:
         kwargs["pauses"] = pauses
@@ -244,12 +250,18 @@ def replay(p: Punctuator, asr: dict, lookahead: int, pauses: bool | None) -> tup
                 final[e.index] = e.label
 
     for batch in [*asr["batches"], asr["final"]]:
-        ws = [Word(w["text"], w["start"], w["end"]) for w in batch["words"]]
+        ws = recognised(batch["words"], marks)
         words += [w.text for w in ws]
         take(stream.push(ws, now=batch["clock"]))
     take(stream.finish())
     assert len(final) == len(words), "every word gets one final label"
     return word_tokens(words, [final[i] for i in range(len(words))])
+
+
+def recognised(words: Sequence[dict], marks: bool = True) -> list[Word]:
+    """Recorded words as ``Word``s; without ``marks``, their own marks taken off first (as from a
+    recogniser that writes none)."""
+    return [Word(w["text"] if marks else without_mark(w["text"]), w["start"], w["end"]) for w in words]
 
 
 def streamed_words(asr: dict) -> list[dict]:
@@ -567,20 +579,17 @@ def systems_for(
     for m, p in models.items():
         run = [x for x in wanted if not x or (supported and has_pause_fusion(p))] or [False]
         info["run"][labels[m]] = ["on" if x else "off" for x in run]
+        reads_marks = p.model.cfg.pause_marks
         for k in lookaheads:
             for pz in run:
                 name = f"streampunct {labels[m]} k={k}"
                 if supported:
                     name += f" pauses={'on' if pz else 'off'}"
-                systems.append(
-                    {
-                        "name": name,
-                        "kind": "streampunct",
-                        "model": m,
-                        "lookahead": k,
-                        "pauses": pz if supported else None,
-                    }
-                )
+                system = {"name": name, "kind": "streampunct", "model": m, "lookahead": k}
+                systems.append({**system, "pauses": pz if supported else None})
+                if pz and reads_marks:  # the same without the recogniser's marks, then with them
+                    systems[-1] = {**systems[-1], "name": name + " marks=off", "marks": False}
+                    systems.append({**systems[-1], "name": name + " marks=on", "marks": True})
     return systems, info
 
 
@@ -606,7 +615,7 @@ def evaluate(recordings: Sequence[dict], systems: Sequence[dict], punctuators: d
         for r in recordings:
             asr = r["streaming"][STREAM_ASR]
             if s["kind"] == "streampunct":
-                hyp = replay(punctuators[s["model"]], asr, s["lookahead"], s["pauses"])
+                hyp = replay(punctuators[s["model"]], asr, s["lookahead"], s["pauses"], s.get("marks", True))
             elif s["kind"] == "whisper_streamed":
                 hyp = whisper_tokens(streamed_words(asr))
             elif s["asr"] in r["offline"]:
@@ -662,7 +671,8 @@ def chart(results: dict, sets: Sequence[str], path: Path) -> None:
             e["pooled"]["micro_f1"] if g == "pooled" else e["sets"].get(g, {}).get("micro_f1", 0)
             for g in groups
         ]
-        bars = ax.bar(x + (n - (len(names) - 1) / 2) * width, ys, width, label=system)
+        offset = (n - (len(names) - 1) / 2) * width
+        bars = ax.bar(x + offset, ys, width, label=system, color=plt.get_cmap("tab20")(n % 20))
         ax.bar_label(bars, fmt="%.0f", fontsize=6, padding=1)
     ax.set_xticks(x, [SETS.get(g, g).replace(" ", "\n", 1) for g in groups])
     ax.set_ylabel("micro-F1 over , . ? (%)")

@@ -6,7 +6,9 @@
 faster-whisper (tiny.en, greedy, word timestamps) transcribes each recording once (cached as JSON
 in --cache). Its words, with their times, are punctuated by each model at k = 0, 2 and offline,
 with pause evidence on and off (``predict(words, k, pauses=...)``, which is what a stream decides
-without time limits); Whisper's own punctuation of the same words is the baseline. Each is scored
+without time limits), and for a checkpoint whose fusion reads the recogniser's own marks, with
+Whisper's marks left on the words ("+marks"; otherwise they are taken off first, as from a
+recogniser that writes none); Whisper's own punctuation of the same words is the baseline. Each is scored
 against the punctuated reference the same way as benchmarks/e2e.py (reference marks moved onto
 the recognised tokens by edit-distance alignment). Writes benchmarks/results/pauses.json.
 """
@@ -20,11 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, write_json  # noqa: E402
-from e2e import compare, metrics, pool, reference, whisper_tokens, word_tokens  # noqa: E402
+from e2e import compare, metrics, pool, recognised, reference, whisper_tokens, word_tokens  # noqa: E402
 
 from streampunct import Punctuator  # noqa: E402
 from streampunct.asr import resolve_asr_model  # noqa: E402
-from streampunct.types import Word  # noqa: E402
 
 MODES: list[tuple[str, int | None]] = [("k=0", 0), ("k=2", 2), ("offline", None)]
 
@@ -60,12 +61,13 @@ def main() -> None:
     for model in args.models:
         p = Punctuator.load(model, device="cpu")
         timed = p.model.pause_fusion is not None
+        runs = [(False, False)] + [(True, False)] * timed + [(True, True)] * p.model.cfg.pause_marks
         for mode, k in MODES:
-            for pauses in (False, True) if timed else (False,):
-                name = f"{Path(model).name} {mode}" + (" +pauses" if pauses else "")
+            for pauses, marks in runs:
+                name = f"{Path(model).name} {mode}{' +pauses' * pauses}{' +marks' * marks}"
                 parts = systems.setdefault(name, [])
                 for rec, (rt, rl) in zip(recs, refs):
-                    words = [Word(w["text"], w["start"], w["end"]) for w in rec["words"]]
+                    words = recognised(rec["words"], marks)
                     labels = p.predict(words, k, pauses=pauses)
                     parts.append(compare(rt, rl, *word_tokens([w.text for w in words], labels)))
                 print(name, metrics(pool(parts))["micro_f1"], flush=True)

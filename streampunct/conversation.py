@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import DataFormatError
+from .text import mark_of
 
 __all__ = [
     "CHITCHAT",
@@ -44,8 +45,6 @@ __all__ = [
 ]
 
 CHITCHAT = "chitchat-dataset==0.9.0"
-END_MARKS = {".": "PERIOD", "!": "PERIOD", "?": "QUESTION", "…": "PERIOD"}
-MID_MARKS = {",": "COMMA", ";": "COMMA", ":": "COMMA"}
 CHAT_ONLY = frozenset({"lol", "lmao", "haha", "hahaha", "hehe", "xd", "omg", "lolol", "rofl"})
 SPLITS = {"dev": 0.04, "test": 0.04}  # shares of conversations; the rest trains
 
@@ -104,16 +103,7 @@ def labeled_words(text: str, turn_end: bool = True) -> tuple[list[str], list[str
     labels: list[str] = []
     for raw in text.split():
         bare = raw.rstrip("\"')]”’")
-        label = "O"
-        for ch in reversed(bare):
-            if ch in END_MARKS:
-                label = END_MARKS[ch]
-                break
-            if ch in MID_MARKS:
-                label = MID_MARKS[ch]
-                break
-            if ch.isalnum():
-                break
+        label = mark_of(bare)
         word = bare.rstrip(".!?…,;:")
         if not word or word.lower() in CHAT_ONLY or not any(c.isalnum() for c in word):
             if label != "O" and labels and labels[-1] == "O":  # "great !" or "great lol."

@@ -10,10 +10,11 @@ word of its window. The ``[CLS]`` token counts as word -1, so it obeys the same 
 The encoder is BERT's (MiniLM-L6) or MPNet's: MPNet adds a relative position bias per head, shared
 by every layer, and has no segment embedding (:meth:`PunctModel.from_encoder` reads either).
 
-A checkpoint is ``config.json`` (the :class:`ModelConfig`) plus ``model.safetensors``; it rebuilds
-the model with :meth:`PunctModel.load`. Weights are fp16, or int8 for the large matrices
-(``save(..., int8=True)``: ``<name>.q8`` with an fp16 ``<name>.scale`` per ``Q8_GROUP`` weights of a
-row), which halves a checkpoint again; loading rebuilds fp32 weights either way.
+A checkpoint is ``config.json`` (the :class:`ModelConfig`) plus ``model.safetensors`` (and
+``pauses.safetensors`` when it has pause fusion); it rebuilds the model with
+:meth:`PunctModel.load`. Weights are fp16, or int8 for the large matrices (``save(..., int8=True)``:
+``<name>.q8`` with an fp16 ``<name>.scale`` per ``Q8_GROUP`` weights of a row), which halves a
+checkpoint again; loading rebuilds fp32 weights either way.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .errors import CheckpointError, InputError
-from .prosody import PauseFusion
+from .prosody import MARK_FEATURES, N_FEATURES, PauseFusion
 
 __all__ = ["ModelConfig", "PunctModel", "layer_lookaheads", "window_limit"]
 
@@ -81,6 +82,8 @@ class ModelConfig:
     # Pauses as evidence (streampunct.prosody): the width of the small network that corrects a
     # decision's logits from its word times. 0: none, the text alone decides.
     pause_hidden: int = 0
+    # Whether that network also reads the mark each word arrived with (the recogniser's own).
+    pause_marks: bool = False
 
     @classmethod
     def read(cls, directory: str | Path) -> ModelConfig:
@@ -246,17 +249,21 @@ class PunctModel(nn.Module):
             self.tag_emb = nn.Embedding(cfg.n_tags, cfg.pos_dim)
             self.fusion = Layer(replace(cfg, n_embd=width, n_head=cfg.fusion_heads, n_inner=2 * width))
         self.head = Linear(width, cfg.n_labels)
-        self.pause_fusion = PauseFusion(cfg.n_labels, cfg.pause_hidden) if cfg.pause_hidden else None
+        self.pause_fusion = (
+            PauseFusion(cfg.n_labels, cfg.pause_hidden, N_FEATURES + MARK_FEATURES * cfg.pause_marks)
+            if cfg.pause_hidden
+            else None
+        )
         self.set_label_bias(cfg.label_bias, cfg.window_bias)
 
     def with_pauses(
         self, logits: torch.Tensor, features: Sequence[float] | None, ahead: int | None
     ) -> torch.Tensor:
         """A decision's logits corrected by its pause features (``prosody.pause_features``), when
-        the checkpoint has pause fusion, the word has times and the decision sees a word after it
-        (at k=0 the pause after the word is unknown, and the rest did not pay: docs/conversation.md);
-        else unchanged."""
-        if self.pause_fusion is None or features is None or ahead == 0:
+        the checkpoint has pause fusion, the word has times and the decision sees a word after it or
+        the fusion reads the recogniser's marks (at k=0 the pause after the word is unknown, and
+        the rest alone did not pay: docs/conversation.md); else unchanged."""
+        if self.pause_fusion is None or features is None or (ahead == 0 and not self.cfg.pause_marks):
             return logits
         return self.pause_fusion.correct(logits, features, ahead)
 
@@ -378,17 +385,22 @@ class PunctModel(nn.Module):
 
     def save(self, directory: str | Path, dtype: torch.dtype = torch.float16, int8: bool = False) -> None:
         """``config.json`` and ``model.safetensors``: weights in ``dtype``, the large matrices in
-        int8 with ``int8`` (see the module's docstring)."""
+        int8 with ``int8`` (see the module's docstring). The pause fusion, trained on its own over
+        a frozen text model, goes to ``pauses.safetensors`` (float32, a few kB)."""
         from safetensors.torch import save_file
 
         d = Path(directory)
         self.save_config(d)
         state = {k: v.detach().to("cpu", torch.float32) for k, v in self.state_dict().items()}
+        pauses = {k: state.pop(k).contiguous() for k in list(state) if k.startswith("pause_fusion.")}
         state = _quantize(state) if int8 else state
         save_file(
             {k: v if v.dtype == torch.int8 else v.to(dtype).contiguous() for k, v in state.items()},
             str(d / "model.safetensors"),
         )
+        (d / "pauses.safetensors").unlink(missing_ok=True)
+        if pauses:
+            save_file(pauses, str(d / "pauses.safetensors"))
 
     def save_config(self, directory: str | Path) -> None:
         """``config.json`` alone (the decision offsets change nothing else)."""
@@ -404,6 +416,8 @@ class PunctModel(nn.Module):
         try:
             model = cls(ModelConfig.read(d))
             state = load_file(str(d / "model.safetensors"))
+            if (d / "pauses.safetensors").is_file():
+                state.update(load_file(str(d / "pauses.safetensors")))
         except (OSError, ValueError, TypeError) as e:
             raise CheckpointError(f"cannot read checkpoint in {d}: {e}") from e
         state = _fuse_qkv(_dequantize(state))

@@ -5,10 +5,13 @@
 Text is cut into segments; each gets word times from the pause model
 (:func:`~streampunct.prosody.synthetic_times`: a speaker's rate and pause length drawn per
 segment) or, for a share ``shuffled`` of them, pauses that say nothing (drawn from the same model
-with the marks shuffled), so that the fusion learns how far to trust a pause. The checkpoint
-computes each token's logits, decision offsets included, at each lookahead as a stream decides
-it (``min(k, tokens left)``); the fusion learns its correction by cross-entropy, then the output
-checkpoint is the input one with ``pause_hidden`` set and the fusion's weights added.
+with the marks shuffled), so that the fusion learns how far to trust a pause; with ``marks``, the
+words also carry the marks a recogniser might have written
+(:func:`~streampunct.prosody.synthetic_marks`; none at all for a share ``unmarked``). The
+checkpoint computes each token's logits, decision offsets included, at each lookahead as a stream
+decides it (``min(k, tokens left)``); the fusion learns its correction by cross-entropy, then the
+output checkpoint is the input one with ``pause_hidden`` (and ``pause_marks``) set and the
+fusion's weights added.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from .engines import token_logits
 from .metrics import score
 from .model import PunctModel
 from .pieces import WordPieces
-from .prosody import PauseFusion, ahead_slot, synthetic_times, token_features
+from .prosody import N_FEATURES, PauseFusion, ahead_slot, synthetic_marks, synthetic_times, token_features
 from .text import LABEL_ID, LABELS, normalize_labeled, read_iwslt
 
 __all__ = ["PauseTrainConfig", "train_pauses"]
@@ -45,6 +48,8 @@ class PauseTrainConfig:
     dev_share: float = 0.2
     lookaheads: tuple[int | None, ...] = (0, 1, 2, 3, None)
     shuffled: float = 0.15
+    marks: bool = True
+    unmarked: float = 0.2
     hidden: int = 32
     epochs: int = 30
     lr: float = 3e-3
@@ -63,6 +68,8 @@ class PauseTrainConfig:
         "dev_share": "share of the segments held out to report the gain",
         "lookaheads": "lookaheads the fusion trains at (None: offline)",
         "shuffled": "share of segments whose pauses say nothing (marks shuffled)",
+        "marks": "also learn from the marks the recogniser wrote (Whisper's own)",
+        "unmarked": "share of segments whose recogniser writes no marks",
         "hidden": "width of the fusion's hidden layer",
         "engine": "the engine whose logits the fusion corrects",
     }
@@ -76,11 +83,13 @@ def _rows(model, pieces, segments, cfg, rng):
         if rng.random() < cfg.shuffled:
             marks = list(rng.permutation(marks))
         words = synthetic_times(tokens, marks, rng)
+        if cfg.marks:
+            words = synthetic_marks(words, labels, rng, cfg.unmarked)
         n = len(tokens)
         for k in cfg.lookaheads:
             ahead = [None if k is None else min(k, n - 1 - t) for t in range(n)]
             rows = token_logits(model, pieces, tokens, k, engine=cfg.engine)
-            features = token_features(words, list(range(n)), ahead)
+            features = token_features(words, list(range(n)), ahead, cfg.marks)
             logits.append(rows)
             feats.append(torch.tensor(features, dtype=torch.float32))
             slots.append(torch.tensor([ahead_slot(a) for a in ahead]))
@@ -128,7 +137,7 @@ def train_pauses(cfg: PauseTrainConfig) -> dict:
     train = _rows(model, pieces, segments[n_dev:], cfg, rng)
     print(f"{len(train[0]):,} training rows, {len(dev[0]):,} dev rows, made in {time.time() - t0:.0f}s")
 
-    fusion = PauseFusion(model.cfg.n_labels, cfg.hidden)
+    fusion = PauseFusion(model.cfg.n_labels, cfg.hidden, dev[1].shape[1])
     opt = torch.optim.AdamW(fusion.parameters(), lr=cfg.lr, weight_decay=0.01)
     n = len(train[0])
     for _ in range(cfg.epochs):
@@ -146,13 +155,18 @@ def train_pauses(cfg: PauseTrainConfig) -> dict:
     report["offsets"] = fusion.offsets.tolist()
     with torch.no_grad():
         fused = fusion(dev[0], dev[1], dev[2]).argmax(-1)
+        unmarked = dev[1].clone()
+        unmarked[:, N_FEATURES:] = 0  # the same words from a recogniser that writes no marks
+        fused_unmarked = fusion(dev[0], unmarked, dev[2]).argmax(-1)
     for slot, k in enumerate(("0", "1", "2", "3+", "offline")):
         keep = dev[2] == slot
         if keep.any():
             report["by_lookahead"][k] = {
                 "text": round(_f1(dev[0][keep].argmax(-1), dev[3][keep]), 2),
-                "text+pauses": round(_f1(fused[keep], dev[3][keep]), 2),
+                "text+pauses": round(_f1(fused_unmarked[keep], dev[3][keep]), 2),
             }
+            if cfg.marks:
+                report["by_lookahead"][k]["text+pauses+marks"] = round(_f1(fused[keep], dev[3][keep]), 2)
     print(json.dumps(report["by_lookahead"]))
 
     out = Path(cfg.out)
@@ -160,7 +174,7 @@ def train_pauses(cfg: PauseTrainConfig) -> dict:
     for f in Path(cfg.model).iterdir():
         if f.is_file() and f.name not in ("model.safetensors", "config.json"):
             shutil.copy(f, out / f.name)
-    timed = PunctModel(replace(model.cfg, pause_hidden=cfg.hidden))
+    timed = PunctModel(replace(model.cfg, pause_hidden=cfg.hidden, pause_marks=cfg.marks))
     timed.load_state_dict(
         {**model.state_dict(), **{f"pause_fusion.{k}": v for k, v in fusion.state_dict().items()}}
     )

@@ -13,9 +13,15 @@ decides from the text alone, exactly as before, and ``Punctuator.stream(pauses=F
 off. ``predict()`` on timed words applies the same function with the same lookahead, so a
 stream's final labels still equal ``predict()``'s.
 
+The recogniser's own marks are evidence too (``pause_marks`` in a checkpoint's config): Whisper
+writes "Yeah." and "so," with marks that are precise where it sets them but that it often leaves
+out (in a live stream it may stop punctuating for minutes). The mark a word arrived with is three
+more features on its last token; it is known when the word arrives, so it counts at k=0 too. A
+recogniser that writes no marks gives zeros, which the fusion has learnt as "no evidence".
+
 Training (:mod:`streampunct.pause_train`): the text model stays frozen; the fusion learns from
 its logits over text whose words carry times from a pause model (:func:`synthetic_times`) fitted
-on recognised human speech.
+on recognised human speech, and marks from a model of a recogniser's (:func:`synthetic_marks`).
 """
 
 from __future__ import annotations
@@ -27,11 +33,21 @@ import numpy as np
 import torch
 from torch import nn
 
+from .text import LABELS, MARKS, mark_of
 from .types import Word
 
-__all__ = ["N_FEATURES", "AHEAD_SLOTS", "pause_features", "PauseFusion", "synthetic_times"]
+__all__ = [
+    "N_FEATURES",
+    "MARK_FEATURES",
+    "AHEAD_SLOTS",
+    "pause_features",
+    "PauseFusion",
+    "synthetic_times",
+    "synthetic_marks",
+]
 
-N_FEATURES = 6
+N_FEATURES = 6  # pauses and duration
+MARK_FEATURES = 3  # the recogniser's own COMMA, PERIOD, QUESTION
 AHEAD_SLOTS = 5  # the lookahead a decision had: 0, 1, 2, 3 or more, offline
 
 
@@ -48,12 +64,14 @@ def pause_features(
     after: Word | None,
     last_of_word: bool,
     first_of_word: bool,
+    marks: bool = False,
 ) -> list[float] | None:
     """The pause evidence of one token, or None when its word has no times.
 
     ``before``: the word before the token's word (None at the start); ``after``: the word after it,
     when the decision may see it (None: not seen yet). A token inside a word ("do" of "don't") has
-    no pause after it; its word's pause is on the word's last token.
+    no pause after it; its word's pause is on the word's last token. ``marks``: add the one-hot
+    mark the word was written with (on its last token; zeros for none and inside a word).
     """
     if word.start is None or word.end is None:
         return None
@@ -64,7 +82,18 @@ def pause_features(
     )
     chars = max(1, sum(c.isalnum() for c in word.text))
     stretch = math.log((word.end - word.start + 0.02) / (0.065 * chars + 0.05))
-    return [has_after, gap_after, has_before, gap_before, max(-2.0, min(2.0, stretch)), float(last_of_word)]
+    features = [
+        has_after,
+        gap_after,
+        has_before,
+        gap_before,
+        max(-2.0, min(2.0, stretch)),
+        float(last_of_word),
+    ]
+    if marks:
+        own = mark_of(word.text) if last_of_word else "O"
+        features += [float(own == label) for label in LABELS[1:]]
+    return features
 
 
 def ahead_slot(ahead: int | None) -> int:
@@ -78,16 +107,16 @@ class PauseFusion(nn.Module):
     the corrected logits: trained on cross-entropy, the correction marks too rarely where little
     is seen ahead, so they are tuned for micro-F1 after training, per lookahead."""
 
-    def __init__(self, n_labels: int = 4, hidden: int = 32):
+    def __init__(self, n_labels: int = 4, hidden: int = 32, n_features: int = N_FEATURES):
         super().__init__()
-        self.inp = nn.Linear(n_labels + N_FEATURES + AHEAD_SLOTS, hidden)
+        self.inp = nn.Linear(n_labels + n_features + AHEAD_SLOTS, hidden)
         self.out = nn.Linear(hidden, n_labels)
         self.offsets = nn.Parameter(torch.zeros(AHEAD_SLOTS, n_labels), requires_grad=False)
         nn.init.zeros_(self.out.weight)
         nn.init.zeros_(self.out.bias)
 
     def forward(self, logits: torch.Tensor, features: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-        """(N, L) logits, (N, N_FEATURES) features, (N,) lookahead slots -> (N, L)."""
+        """(N, L) logits, (N, n_features) features, (N,) lookahead slots -> (N, L)."""
         onehot = nn.functional.one_hot(slots, AHEAD_SLOTS).to(logits.dtype)
         x = torch.cat([torch.log_softmax(logits, -1), features.to(logits.dtype), onehot], -1)
         return logits + self.out(nn.functional.gelu(self.inp(x))) + self.offsets[slots]
@@ -104,7 +133,7 @@ class PauseFusion(nn.Module):
 
 
 def token_features(
-    words: Sequence[Word], token_words: Sequence[int], ahead: Sequence[int | None]
+    words: Sequence[Word], token_words: Sequence[int], ahead: Sequence[int | None], marks: bool = False
 ) -> list[list[float] | None]:
     """The features of every token of a whole text (``token_words[t]``: token t's word), each
     decided with ``ahead[t]`` tokens after it (None: offline), as a stream would see it."""
@@ -118,7 +147,7 @@ def token_features(
         seen = n - 1 - t if k is None else k
         after = words[token_words[t + 1]] if last and seen >= 1 and t + 1 < n else None
         before = words[w - 1] if first and w > 0 else None
-        out.append(pause_features(words[w], before, after, last, first))
+        out.append(pause_features(words[w], before, after, last, first, marks))
     return out
 
 
@@ -156,4 +185,51 @@ def synthetic_times(
             dur *= float(rng.uniform(1.0, 1.3))  # pre-boundary lengthening
         out.append(Word(word, round(clock, 3), round(clock + dur, 3)))
         clock += dur + pause
+    return out
+
+
+# --- a recogniser's own marks, for training data without a recogniser ----------------------------
+
+# What a recogniser writes after a word, by the reference mark: the chance of each of its marks at
+# full recall (scaled by a per-text recall factor). Whisper's marks in the end-to-end benchmark
+# (docs/conversation.md): precise where set, often left out (recall 15-90% by recording), and
+# periods at long pauses where the reference has none or a comma.
+OWN_MARK_RATES = {
+    "O": {"COMMA": 0.02, "PERIOD": 0.015},
+    "COMMA": {"COMMA": 0.6, "PERIOD": 0.1},
+    "PERIOD": {"PERIOD": 0.9, "COMMA": 0.04, "QUESTION": 0.02},
+    "QUESTION": {"QUESTION": 0.8, "PERIOD": 0.12},
+}
+PAUSE_MARK_RATES = {"PERIOD": 0.3, "COMMA": 0.2}  # after a word with the reference's O and a long pause
+
+
+def synthetic_marks(
+    words: Sequence[Word], labels: Sequence[str], rng: np.random.Generator, unmarked: float = 0.2
+) -> list[Word]:
+    """Timed words with the marks a recogniser might have written: none at all for a share
+    ``unmarked`` of texts (a recogniser that does not punctuate); else each reference mark kept,
+    changed or left out by :data:`OWN_MARK_RATES` times a recall factor drawn per text, and some
+    plain words before a pause of over 0.3 s marked (:data:`PAUSE_MARK_RATES`)."""
+    if rng.random() < unmarked:
+        return list(words)
+    recall = float(rng.uniform(0.1, 1.0))
+    out = []
+    for i, (word, label) in enumerate(zip(words, labels)):
+        rates = OWN_MARK_RATES[label]
+        nxt = words[i + 1] if i + 1 < len(words) else None
+        if (
+            label == "O"
+            and nxt
+            and nxt.start is not None
+            and word.end is not None
+            and nxt.start - word.end > 0.3
+        ):
+            rates = PAUSE_MARK_RATES
+        draw, own = rng.random(), "O"
+        for mark, rate in rates.items():
+            if draw < rate * recall:
+                own = mark
+                break
+            draw -= rate * recall
+        out.append(Word(word.text + MARKS[own], word.start, word.end))
     return out

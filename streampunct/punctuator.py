@@ -187,7 +187,7 @@ class Punctuator:
         if words is not None and self.model.pause_fusion is not None:
             n = len(tokens)
             ahead = [None if lookahead is None else min(lookahead, n - 1 - t) for t in range(n)]
-            features = token_features(words, source, ahead)
+            features = token_features(words, source, ahead, self.model.cfg.pause_marks)
             logits = torch.stack(
                 [self.model.with_pauses(row, f, a) for row, f, a in zip(logits, features, ahead)]
             )

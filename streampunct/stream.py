@@ -307,7 +307,8 @@ class PunctStream:
             first = t == 0 or t - 1 < self._tok_base or self._tok_word[t - 1 - self._tok_base] != w
             after = self._word_of(t + 1) if last and ahead >= 1 else None
             before = self._words[w - 1 - self._word_base] if first and w > 0 else None
-            features = pause_features(self._words[w - self._word_base], before, after, last, first)
+            word = self._words[w - self._word_base]
+            features = pause_features(word, before, after, last, first, self._model.cfg.pause_marks)
             logits = self._model.with_pauses(logits, features, ahead)
         return int(logits.argmax())
 

@@ -16,6 +16,8 @@ from .errors import DataFormatError, InputError, UnknownLabelError
 __all__ = [
     "LABELS",
     "MARKS",
+    "mark_of",
+    "without_mark",
     "normalize",
     "normalize_text",
     "normalize_labeled",
@@ -27,6 +29,16 @@ __all__ = [
 LABELS: tuple[str, ...] = ("O", "COMMA", "PERIOD", "QUESTION")
 LABEL_ID = {label: i for i, label in enumerate(LABELS)}
 MARKS = {"O": "", "COMMA": ",", "PERIOD": ".", "QUESTION": "?"}
+# The marks a writer (or a recogniser) puts after a word, as the three classes.
+OWN_MARKS = {
+    ".": "PERIOD",
+    "!": "PERIOD",
+    "?": "QUESTION",
+    "…": "PERIOD",
+    ",": "COMMA",
+    ";": "COMMA",
+    ":": "COMMA",
+}
 
 # Clitics split off as their own token (Penn Treebank style, as in IWSLT).
 _SPLIT_CLITICS = ("n't", "'s", "'re", "'m", "'ll")
@@ -47,6 +59,30 @@ def _split_clitic(token: str) -> list[str]:
                 return [head, clitic]
             return [head, clitic] if head[-1].isalpha() or head[-1].isdigit() else [token]
     return [token]
+
+
+def mark_of(word: str) -> str:
+    """The label of the mark a word was written with: its last mark before any closing quote or
+    bracket (``!`` is a PERIOD, ``;`` and ``:`` are COMMAs), O without one.
+
+    >>> mark_of("Yeah."), mark_of('"Really?"'), mark_of("so"), mark_of("well:")
+    ('PERIOD', 'QUESTION', 'O', 'COMMA')
+    """
+    for ch in reversed(word.rstrip("\"')]”’ ")):
+        if ch in OWN_MARKS:
+            return OWN_MARKS[ch]
+        if ch.isalnum():
+            break
+    return "O"
+
+
+def without_mark(word: str) -> str:
+    """The word as a recogniser that writes no marks would give it (a word of marks alone stays).
+
+    >>> without_mark("Yeah."), without_mark("so"), without_mark("...")
+    ('Yeah', 'so', '...')
+    """
+    return word.rstrip("".join(OWN_MARKS)) or word
 
 
 def normalize(word: str) -> list[str]:

@@ -10,35 +10,44 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from safetensors.torch import load_file, save_file
 
 from streampunct import Punctuator
 from streampunct.model import ModelConfig, PunctModel
 from streampunct.pieces import WordPieces
-from streampunct.prosody import N_FEATURES, pause_features, synthetic_times, token_features
+from streampunct.prosody import (
+    MARK_FEATURES,
+    N_FEATURES,
+    pause_features,
+    synthetic_marks,
+    synthetic_times,
+    token_features,
+)
 from streampunct.punctuator import DEFAULT_CHECKPOINT
 from streampunct.stream import Word
+from streampunct.text import mark_of
 
 TEXT = "so i think we should go now yeah okay what do you think don't you agree it's late".split()
 
 
 @functools.cache
-def timed_model() -> Punctuator:
-    """A random model with pause fusion whose correction is large, so that pauses change labels."""
+def timed_model(marks: bool = False) -> Punctuator:
+    """A random model with pause fusion whose correction is large, so that pauses change labels;
+    with ``marks``, the fusion also reads the recogniser's own marks."""
     torch.manual_seed(1)
-    cfg = ModelConfig(
-        n_layer=2, n_head=2, n_embd=32, n_inner=64, block=4, context=6, dropout=0.0, pause_hidden=8
-    )
+    shape = dict(n_layer=2, n_head=2, n_embd=32, n_inner=64, block=4, context=6, dropout=0.0)
+    cfg = ModelConfig(**shape, pause_hidden=8, pause_marks=marks)
     model = PunctModel(cfg).eval()
     with torch.no_grad():
         model.pause_fusion.out.weight.normal_(0, 3.0)
     return Punctuator(model, WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", cfg.max_pieces))
 
 
-def timed(words, gaps) -> list[Word]:
+def timed(words, gaps, marks=None) -> list[Word]:
     out, clock = [], 0.0
-    for w, gap in zip(words, gaps):
+    for w, gap, mark in zip(words, gaps, marks or [""] * len(words)):
         clock += gap
-        out.append(Word(w, round(clock, 3), round(clock + 0.25, 3)))
+        out.append(Word(w + mark, round(clock, 3), round(clock + 0.25, 3)))
         clock += 0.25
     return out
 
@@ -56,6 +65,33 @@ def test_features_read_only_what_the_decision_may_see():
     assert pause_features(Word("hello"), a, c, True, True) is None  # no times: no evidence
 
 
+def test_the_recognisers_own_mark_is_a_feature_of_the_words_last_token():
+    a, c = Word("so", 0.0, 0.2), Word("okay", 1.0, 1.2)
+    for text, onehot in [
+        ("Yeah.", [0, 1, 0]),
+        ("yeah", [0, 0, 0]),
+        ("Really?", [0, 0, 1]),
+        ("well,", [1, 0, 0]),
+    ]:
+        features = pause_features(Word(text, 0.3, 0.6), a, None, True, True, marks=True)
+        assert len(features) == N_FEATURES + MARK_FEATURES and features[N_FEATURES:] == onehot
+        assert pause_features(Word(text, 0.3, 0.6), a, None, True, True)[:N_FEATURES] == features[:N_FEATURES]
+    inside = pause_features(
+        Word("don't.", 0.3, 0.6), a, c, last_of_word=False, first_of_word=True, marks=True
+    )
+    assert inside[N_FEATURES:] == [0, 0, 0]  # "do" of "don't.": the mark is after "n't"
+
+
+def test_marks_count_at_k0_and_can_be_turned_off():
+    p = timed_model(marks=True)
+    gaps = [0.1] * len(TEXT)
+    plain = timed(TEXT, gaps)
+    marked = timed(TEXT, gaps, [".", "?", ",", ""] * 5)
+    assert p.predict(marked, 0) != p.predict(plain, 0)  # a mark is known when its word arrives
+    assert p.predict(marked, 0, pauses=False) == p.predict(TEXT, 0)
+    assert timed_model().predict(marked, 0) == timed_model().predict(TEXT, 0)  # pauses alone: not at k=0
+
+
 def test_a_checkpoint_keeps_its_pause_fusion(tmp_path):
     p = timed_model()
     p.model.save(tmp_path)
@@ -64,6 +100,19 @@ def test_a_checkpoint_keeps_its_pause_fusion(tmp_path):
     assert again.model.cfg.pause_hidden == 8
     words = timed(TEXT, [0.05, 0.9, 0.0, 0.3, 1.5] * 4)
     assert again.predict(words, 2) == p.predict(words, 2)
+    # the fusion is a file of its own, so retraining it leaves the text model's weights as they were
+    text = load_file(str(tmp_path / "model.safetensors"))
+    assert not [k for k in text if k.startswith("pause_fusion")]
+    assert set(load_file(str(tmp_path / "pauses.safetensors"))) == {
+        f"pause_fusion.{k}" for k in p.model.pause_fusion.state_dict()
+    }
+    # a checkpoint written before that, with the fusion inside model.safetensors, still loads
+    (tmp_path / "pauses.safetensors").unlink()
+    save_file(
+        {**text, **{f"pause_fusion.{k}": v for k, v in p.model.pause_fusion.state_dict().items()}},
+        str(tmp_path / "model.safetensors"),
+    )
+    assert Punctuator.load(tmp_path, device="cpu").predict(words, 2) == p.predict(words, 2)
 
 
 def test_pauses_change_decisions_and_can_be_turned_off():
@@ -77,13 +126,15 @@ def test_pauses_change_decisions_and_can_be_turned_off():
 
 @given(
     gaps=st.lists(st.sampled_from([0.0, 0.05, 0.2, 0.7, 2.0]), min_size=len(TEXT), max_size=len(TEXT)),
+    marks=st.none()
+    | st.lists(st.sampled_from(["", "", ".", ",", "?", "!"]), min_size=len(TEXT), max_size=len(TEXT)),
     k=st.sampled_from([0, 1, 2, 4]),
     engine=st.sampled_from(["masked", "window"]),
     cut=st.integers(0, len(TEXT) - 1),
 )
-def test_a_stream_decides_as_predict_does_and_within_its_lookahead(gaps, k, engine, cut):
-    p = timed_model()
-    words = timed(TEXT, gaps)
+def test_a_stream_decides_as_predict_does_and_within_its_lookahead(gaps, marks, k, engine, cut):
+    p = timed_model(marks=marks is not None)
+    words = timed(TEXT, gaps, marks)
     s = p.stream(lookahead=k, engine=engine)
     finals = {}
     for i in range(0, len(words), 3):
@@ -95,7 +146,9 @@ def test_a_stream_decides_as_predict_does_and_within_its_lookahead(gaps, k, engi
             finals[e.index] = e.label
     assert [finals[i] for i in range(len(words))] == p.predict(words, k, engine)
     # The bound: moving the words more than k tokens after a word changes nothing of its label.
-    later = words[: cut + k + 1] + [Word(w.text, w.start + 5.0, w.end + 5.0) for w in words[cut + k + 1 :]]
+    later = words[: cut + k + 1] + [
+        Word(w.text + "?", w.start + 5.0, w.end + 5.0) for w in words[cut + k + 1 :]
+    ]
     assert p.predict(later, k, engine)[cut] == p.predict(words, k, engine)[cut]
 
 
@@ -115,6 +168,24 @@ def test_synthetic_times_pause_more_after_sentences():
         assert w.start < w.end <= nxt.start
         gap[lab].append(nxt.start - w.end)
     assert np.mean(gap["PERIOD"]) > np.mean(gap["COMMA"]) > np.mean(gap["O"])
+
+
+def test_synthetic_marks_are_a_recognisers_mostly_right_often_missing():
+    rng = np.random.default_rng(0)
+    labels = ["O", "O", "COMMA", "O", "PERIOD", "O", "QUESTION"] * 30
+    own: dict[str, list[str]] = {lab: [] for lab in set(labels)}
+    unmarked = 0
+    for _ in range(200):
+        words = synthetic_marks(synthetic_times(["word"] * len(labels), labels, rng), labels, rng)
+        marks = [mark_of(w.text) for w in words]
+        unmarked += all(m == "O" for m in marks)
+        for lab, m in zip(labels, marks):
+            own[lab].append(m)
+        assert [w.start for w in words] == sorted(w.start for w in words)
+    assert 20 <= unmarked <= 60  # a fifth of the recognisers write none
+    share = {lab: {m: marks.count(m) / len(marks) for m in set(marks)} for lab, marks in own.items()}
+    assert share["PERIOD"]["PERIOD"] > 0.3 and share["QUESTION"]["QUESTION"] > 0.25
+    assert share["O"]["O"] > 0.95 and share["COMMA"]["COMMA"] > share["COMMA"].get("PERIOD", 0)
 
 
 def test_offsets_per_lookahead_are_tuned_for_f1():

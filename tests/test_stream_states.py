@@ -43,7 +43,7 @@ VOCABULARY = (
     "so today i want to talk about something that happened last year don't you think it's strange "
     "nobody noticed we'll see -- maybe the U.S. will change its mind What would I'd call Mr. Smith "
     "who's been there since 9:00 well can't say wasn't surprised but won't stop here yeah okay uh"
-).split() + ["", "Hello,", "right?", "10,000", "...", "e-mail"]
+).split() + ["", "Hello,", "right?", "Okay.", "10,000", "...", "e-mail"]
 
 
 @functools.cache
@@ -262,7 +262,7 @@ class StreamMachine(RuleBasedStateMachine):
         t, ahead = mine[-1], len(tokens) - 1 - mine[-1]
         engine = make_engine(self.p.model, self.engine, self.k)
         logits = engine.window_logits(self.p.pieces.encode(tokens), t, ahead)
-        features = token_features(list(seen), source, [ahead] * len(tokens))[t]
+        features = token_features(list(seen), source, [ahead] * len(tokens), self.p.model.cfg.pause_marks)[t]
         return LABELS[int(self.p.model.with_pauses(logits, features, ahead).argmax())]
 
 
