@@ -26,8 +26,9 @@ espeak-ng reads the rendered, punctuated text: its prosody (pauses at marks, a r
 carries the reference punctuation, as a speaker's does, for every system alike.
 
 For each recording, ``record`` runs (a) streampunct's live path up to the punctuator: the
-streaming recogniser (``streampunct.asr.StreamingRecognizer``, tiny.en, LocalAgreement, the
-server's defaults) fed 0.5 s chunks on a simulated clock (the clock is the audio fed so far:
+streaming recogniser (``streampunct.asr.StreamingRecognizer``, tiny.en, LocalAgreement, its
+defaults: a pass per second of new audio, no end-of-speech commit, and no prompt unless
+``--asr-prompt on``) fed 0.5 s chunks on a simulated clock (the clock is the audio fed so far:
 real-time speed with instant compute; deterministic, nothing sleeps). A pass runs whenever the
 recogniser is ready, as the server's AsrSession does. ``sentence_end()`` is never called, so the
 buffer is trimmed only past 25 s at the last committed word and the recogniser's words do not
@@ -61,6 +62,7 @@ recording set and pooled over all recordings: ``benchmarks/results/e2e.json`` an
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import json
 import shutil
@@ -409,10 +411,10 @@ def _words(ws: Sequence[Word]) -> list[dict]:
     return [{"text": w.text, "start": round(w.start, 3), "end": round(w.end, 3)} for w in ws]
 
 
-def stream_asr(model, audio: np.ndarray) -> dict:
+def stream_asr(model, audio: np.ndarray, prompt: bool = False) -> dict:
     """The streaming recogniser over ``audio`` in CHUNK_S steps on a simulated clock (module
     docstring): every pass's committed words with the clock, then ``finish()``'s."""
-    rec = StreamingRecognizer(model)
+    rec = StreamingRecognizer(model, prompt=prompt)
     step = int(CHUNK_S * SAMPLE_RATE)
     batches = []
     t0 = time.perf_counter()
@@ -436,6 +438,7 @@ def stream_asr(model, audio: np.ndarray) -> dict:
     return {
         "model": STREAM_ASR,
         "chunk_s": CHUNK_S,
+        "prompt": prompt,
         "batches": batches,
         "final": final,
         "passes": len(batches),
@@ -517,11 +520,14 @@ def make_recordings(args, cache: Path) -> None:
         print(f"{name}: {rec['seconds']:.0f} s, {len(text.split())} words -> {wav}", flush=True)
 
 
-def recognise(cache: Path, force: bool, offline_models: Sequence[str] = OFFLINE_ASR) -> None:
+def recognise(
+    cache: Path, force: bool, offline_models: Sequence[str] = OFFLINE_ASR, prompt: bool = False
+) -> None:
     """Each recogniser over every recording not yet recognised by it: the streaming one, then
     each offline one (one model loaded at a time)."""
     names = [p.stem for p in sorted(cache.glob("*.json"))]
-    jobs = [("streaming", STREAM_ASR, stream_asr)] + [("offline", asr, offline_asr) for asr in offline_models]
+    streaming = functools.partial(stream_asr, prompt=prompt)
+    jobs = [("streaming", STREAM_ASR, streaming)] + [("offline", asr, offline_asr) for asr in offline_models]
     for kind, asr, run in jobs:
         model = None
         for name in names:
@@ -541,7 +547,7 @@ def record(args) -> None:
     cache.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     make_recordings(args, cache)
-    recognise(cache, args.force)
+    recognise(cache, args.force, prompt=args.asr_prompt == "on")
     total = time.perf_counter() - t0
     print(f"recorded in {total / 60:.1f} min -> {cache}", flush=True)
 
@@ -709,7 +715,13 @@ def score_cmd(args) -> None:
         "command": " ".join(sys.argv),
         "cache": str(cache),
         "pauses": pauses,
-        "stream": {"asr": STREAM_ASR, "chunk_s": CHUNK_S, "max_delay_ms": None, "sentence_end": False},
+        "stream": {
+            "asr": STREAM_ASR,
+            "chunk_s": CHUNK_S,
+            "max_delay_ms": None,
+            "sentence_end": False,
+            "prompt": sorted({r["streaming"][STREAM_ASR].get("prompt", True) for r in recordings}),
+        },
         "recordings": {
             r["name"]: {
                 "set": r["set"],
@@ -778,6 +790,13 @@ def main() -> None:
     r.add_argument("--extra-human", default=None, help="folder of NAME.wav/NAME.txt pairs (or .mp3, .flac)")
     r.add_argument("--extra-max-s", type=float, default=None, help="leave out extra clips longer than this")
     r.add_argument("--force", action="store_true", help="redo what the cache has")
+    r.add_argument(
+        "--asr-prompt",
+        choices=["on", "off"],
+        default="off",
+        help="the streaming recogniser's prompt of committed text (StreamingRecognizer(prompt=); "
+        "default %(default)s, the server's)",
+    )
     s = sub.add_parser("score", help="score the cached recordings")
     s.add_argument("--cache", required=True)
     s.add_argument("--models", nargs="+", default=["default"], help="shipped names or checkpoint folders")

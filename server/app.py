@@ -63,6 +63,7 @@ ASR_DEFAULTS: dict[str, Any] = {
     "max_buffer_s": 25.0,
     "confident": None,
     "end_of_speech_s": 0.5,
+    "prompt": "off",
     "provisional_lookahead": "off",
 }
 log = logging.getLogger("streampunct.server")
@@ -771,6 +772,7 @@ def asr_options(
     buffer_s: float = ASR_DEFAULTS["max_buffer_s"],
     confident: float | None = ASR_DEFAULTS["confident"],
     end_of_speech_s: float | None = ASR_DEFAULTS["end_of_speech_s"],
+    prompt: str = ASR_DEFAULTS["prompt"],
 ) -> dict[str, Any]:
     """StreamingRecognizer's settings from the server's ``--asr-*`` flags."""
     return {
@@ -779,6 +781,7 @@ def asr_options(
         "max_buffer_s": buffer_s,
         "confident": confident,
         "end_of_speech_s": end_of_speech_s,
+        "prompt": prompt == "on",
     }
 
 
@@ -829,13 +832,17 @@ def main(argv: list[str] | None = None) -> int:
         help="silence (s) after the last word that commits the recogniser's whole guess (or off; "
         "default %(default)s)",
     )
-    ap.add_argument(
-        "--provisional-lookahead",
-        choices=("on", "off"),
-        default=ASR_DEFAULTS["provisional_lookahead"],
-        help="on /v1/asr, the recogniser's provisional words serve as lookahead for the committed words "
-        "before them (their marks become final sooner); never final themselves (default %(default)s)",
-    )
+    switches = (  # on/off flags: (flag, ASR_DEFAULTS key, help)
+        ("--asr-prompt", "prompt", "each recognition pass sees the committed text before its audio as "
+         "Whisper's prompt"),
+        ("--provisional-lookahead", "provisional_lookahead", "on /v1/asr, the recogniser's provisional "
+         "words serve as lookahead for the committed words before them (their marks become final "
+         "sooner); never final themselves"),
+    )  # fmt: skip
+    for flag, key, text in switches:
+        ap.add_argument(
+            flag, choices=("on", "off"), default=ASR_DEFAULTS[key], help=f"{text} (default %(default)s)"
+        )
     security = ap.add_argument_group("access (docs/protocol.md, Security)")
     security.add_argument(
         "--token",
@@ -874,7 +881,11 @@ def main(argv: list[str] | None = None) -> int:
 
         async def start() -> None:
             options = asr_options(
-                args.asr_chunk_s, args.asr_buffer_s, args.asr_confident, args.asr_end_of_speech_s
+                args.asr_chunk_s,
+                args.asr_buffer_s,
+                args.asr_confident,
+                args.asr_end_of_speech_s,
+                args.asr_prompt,
             )
             app = App(
                 punctuator,

@@ -61,6 +61,9 @@ def _split_clitic(token: str) -> list[str]:
     return [token]
 
 
+_CLOSING = "\"')]”’ "  # what may follow a mark: closing quotes and brackets
+
+
 def mark_of(word: str) -> str:
     """The label of the mark a word was written with: its last mark before any closing quote or
     bracket (``!`` is a PERIOD, ``;`` and ``:`` are COMMAs), O without one.
@@ -68,7 +71,7 @@ def mark_of(word: str) -> str:
     >>> mark_of("Yeah."), mark_of('"Really?"'), mark_of("so"), mark_of("well:")
     ('PERIOD', 'QUESTION', 'O', 'COMMA')
     """
-    for ch in reversed(word.rstrip("\"')]”’ ")):
+    for ch in reversed(word.rstrip(_CLOSING)):
         if ch in OWN_MARKS:
             return OWN_MARKS[ch]
         if ch.isalnum():
@@ -77,12 +80,15 @@ def mark_of(word: str) -> str:
 
 
 def without_mark(word: str) -> str:
-    """The word as a recogniser that writes no marks would give it (a word of marks alone stays).
+    """The word as a recogniser that writes no marks would give it: the marks that
+    :func:`mark_of` reads taken off (a word of marks alone stays).
 
-    >>> without_mark("Yeah."), without_mark("so"), without_mark("...")
-    ('Yeah', 'so', '...')
+    >>> without_mark("Yeah."), without_mark('"Really?"'), without_mark("...")
+    ('Yeah', '"Really"', '...')
     """
-    return word.rstrip("".join(OWN_MARKS)) or word
+    closing = word[len(word.rstrip(_CLOSING)) :]
+    bare = word[: len(word) - len(closing)].rstrip("".join(OWN_MARKS))
+    return bare + closing if bare.strip(_CLOSING) else word
 
 
 def normalize(word: str) -> list[str]:

@@ -56,6 +56,15 @@ class ReadsTheSignal:
         return [SimpleNamespace(words=words)], None
 
 
+class RemembersPrompts(ReadsTheSignal):
+    def __init__(self):
+        self.prompts: list[str | None] = []
+
+    def transcribe(self, audio: np.ndarray, **options):
+        self.prompts.append(options["initial_prompt"])
+        return super().transcribe(audio, **options)
+
+
 def index(word) -> int:
     return int(word.text[1:])
 
@@ -93,6 +102,26 @@ def test_a_healthy_stream_loses_nothing():
     assert not rec.skipped
     assert [index(w) for w in committed] == list(range(80))
     assert committed[10].start == pytest.approx(5.0) and committed[10].end == pytest.approx(5.4)
+
+
+@pytest.mark.parametrize("prompt", [True, False])
+def test_the_prompt_is_the_committed_text_before_the_buffer_or_nothing(prompt):
+    """Whisper conditioned on its own earlier words copies their style: unpunctuated, it stops
+    writing marks (docs/conversation.md), so the prompt can be turned off; the words stay the same."""
+    model = RemembersPrompts()
+    rec = StreamingRecognizer(model, prompt=prompt)
+    committed = []
+    for second in range(60):  # past 25 s of buffer it is trimmed, and trimmed words leave for the prompt
+        rec.feed(speech(second, second + 1.0))
+        committed += rec.process().committed
+    assert [index(w) for w in committed + rec.finish()] == list(range(120))
+    if prompt:
+        assert model.prompts[0] is None  # nothing committed before the first pass
+        ks = [int(w[1:]) for w in model.prompts[-1].split()]  # the last committed words, in order
+        assert ks and ks == list(range(ks[0], ks[-1] + 1)) and ks[-1] < index(committed[-1])
+        assert len(model.prompts[-1]) <= 200
+    else:
+        assert model.prompts and set(model.prompts) == {None}
 
 
 @pytest.mark.parametrize("confident", [None, 0.8, 0.95])

@@ -11,7 +11,15 @@ from streampunct.errors import (
     StreamPunctError,
     UnknownLabelError,
 )
-from streampunct.text import normalize, normalize_labeled, normalize_text, read_iwslt, render
+from streampunct.text import (
+    mark_of,
+    normalize,
+    normalize_labeled,
+    normalize_text,
+    read_iwslt,
+    render,
+    without_mark,
+)
 
 # --------------------------------------------------------------------------- normalize
 
@@ -363,3 +371,17 @@ def test_read_iwslt_strips_byte_order_mark(tmp_path):
 def test_normalize_labeled_rejects_mismatched_lengths():
     with pytest.raises(ValueError):
         normalize_labeled(["a", "b", "c"], ["O"])
+
+
+def test_a_recognisers_own_mark_is_read_and_can_be_taken_off():
+    for word, label, bare in [
+        ("Yeah.", "PERIOD", "Yeah"),
+        ('"Really?"', "QUESTION", '"Really"'),
+        ("so", "O", "so"),
+        ("well:", "COMMA", "well"),
+        ("wow!", "PERIOD", "wow"),
+        ("U.S.", "PERIOD", "U.S"),
+        ("...", "PERIOD", "..."),
+    ]:
+        assert mark_of(word) == label, word
+        assert without_mark(word) == bare, word
