@@ -255,6 +255,10 @@ def run_frontend(
     return out
 
 
+def flags_text(flags: list[str]) -> str:
+    return f"`{' '.join(flags)}`" if flags else "the server's defaults"
+
+
 def table(payload: dict[str, Any]) -> str:
     lines = [
         "| front end | input | words | latency median s | p95 s | caption line median s | WER % | micro-F1 |",
@@ -272,7 +276,7 @@ def table(payload: dict[str, Any]) -> str:
         "",
         f"{payload['asr_model']} int8, lookahead {payload['lookahead']}, time limit {payload['max_delay_ms']:.0f} ms, "
         f"real-time input in 0.25 s chunks, on {m['cpu']} ({m['cores']} cores), {m['date']}. Front ends: "
-        + "; ".join(f"`{k}`: `{' '.join(v['flags'])}`" for k, v in payload["frontends"].items())
+        + "; ".join(f"`{k}`: {flags_text(v['flags'])}" for k, v in payload["frontends"].items())
         + ". `python benchmarks/caption_latency.py --audio ../shared/data/audio --e2e-cache ../e2e_cache`.",
     ]
     return "\n".join(lines)
