@@ -47,8 +47,10 @@ from clients.file import load_audio, stream_file  # noqa: E402
 from streampunct import protocol as P  # noqa: E402
 from streampunct.text import normalize  # noqa: E402
 
-# Front-end settings: the server's flags. "today" is the front end before issue 19. The named ones
-# were measured with the recogniser's prompt on (the server's default then), and keep it.
+# Front-end settings: the server's flags. "today" is the front end before issue 19; "today", "fast",
+# "next" and "live" were measured with the recogniser's prompt on (the server's default then), and
+# keep it. "no-prompt" was the shipped default from 2026-11-24, "short-next" is the default since
+# 2026-11-25 (docs/latency.md).
 FRONTENDS: dict[str, str] = {
     "today": "--asr-chunk-s 1 --asr-buffer-s 25 --asr-confident off --asr-end-of-speech-s off "
     "--provisional-lookahead off --asr-prompt on",
@@ -56,6 +58,12 @@ FRONTENDS: dict[str, str] = {
     "fast": "--asr-chunk-s 0.5 --asr-buffer-s 25 --asr-confident 0.7 --asr-end-of-speech-s 0.5 --asr-prompt on",
     "next": "--asr-chunk-s 0.5 --asr-buffer-s 25 --asr-confident off --asr-end-of-speech-s 0.5 "
     "--provisional-lookahead on --asr-prompt on",
+    "no-prompt": "--asr-chunk-s 0.5 --asr-buffer-s 25 --asr-confident off --asr-end-of-speech-s 0.5 "
+    "--provisional-lookahead off --asr-prompt off",
+    "short": "--asr-chunk-s 0.5 --asr-buffer-s 25 --asr-confident off --asr-end-of-speech-s 0.5 "
+    "--provisional-lookahead off --asr-prompt off --asr-encoder-pad-s 4 --asr-settle-after-s 1",
+    "short-next": "--asr-chunk-s 0.5 --asr-buffer-s 25 --asr-confident off --asr-end-of-speech-s 0.5 "
+    "--provisional-lookahead on --asr-prompt off --asr-encoder-pad-s 4 --asr-settle-after-s 1",
     "live": "--asr-chunk-s 0.5 --asr-buffer-s 6 --asr-confident 0.7 --asr-end-of-speech-s 0.5 "
     "--provisional-lookahead on --asr-prompt on",
     "live-agree": "--asr-chunk-s 0.5 --asr-buffer-s 6 --asr-confident off --asr-end-of-speech-s 0.5 "

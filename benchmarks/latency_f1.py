@@ -184,13 +184,15 @@ def chart(payload: dict[str, Any], path: Path) -> None:
     a.set_title("(a) the punctuator alone")
     a.legend(fontsize=7)
     a.grid(alpha=0.3)
+    frontends = sorted({r["frontend"] for r in payload["pipeline"]})
     for fe, set_name in sorted({(r["frontend"], r["set"]) for r in payload["pipeline"]}):
         pts = [r for r in payload["pipeline"] if (r["frontend"], r["set"]) == (fe, set_name)]
         wer = pts[0]["wer"]
         b.plot(
             [r["latency_s"]["median"] for r in pts],
             [r["micro_f1"] for r in pts],
-            "o-",
+            "o-" if set_name == "long" else "s--",  # one colour a front end, one style a set
+            color=plt.get_cmap("tab10")(frontends.index(fe) % 10),
             label=f"{fe}, {set_name} (WER {wer:.1f})",
         )
         for r in pts:
@@ -227,6 +229,10 @@ def table(payload: dict[str, Any]) -> str:
         f"1500 ms) on {m['cpu']} ({m['cores']} cores), {m['date']}. `python benchmarks/latency_f1.py --audio "
         "../shared/data/audio --timelines ../timelines`.",
     ]
+    if "kept" in payload:
+        kept = payload["kept"]
+        names = ", ".join(f"`{n}`" for n in kept["frontends"])
+        lines[-1] += f" {names}: replayed on {kept['date']} with the default model of that day (`--keep`)."
     return "\n".join(lines)
 
 
@@ -234,6 +240,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--audio", help="the shared/data/audio folder: real word timings for panel (a)")
     ap.add_argument("--timelines", help="caption_latency.py's --timelines folder: panel (b)")
+    ap.add_argument(
+        "--keep",
+        default=None,
+        metavar="JSON",
+        help="an earlier latency_f1.json: its pipeline rows for front ends not in --timelines are kept",
+    )
     ap.add_argument("--max-delay-ms", type=float, default=1500)
     ap.add_argument("--quick", action="store_true", help="synthetic timings, no recogniser; writes to --out")
     ap.add_argument("--out", default=None, help="folder for the JSON and PNG (default: benchmarks/results)")
@@ -255,6 +267,15 @@ def main() -> None:
         "punctuator": punctuator_panel(RESULTS, emission_delays(p, words)),
         "pipeline": pipeline_panel(p, Path(args.timelines), args.max_delay_ms) if args.timelines else [],
     }
+    if args.keep:  # front ends whose timelines are no longer at hand, as replayed then
+        replayed = {r["frontend"] for r in payload["pipeline"]}
+        earlier = json.loads(Path(args.keep).read_text())
+        kept = [r for r in earlier["pipeline"] if r["frontend"] not in replayed]
+        payload["pipeline"] = kept + payload["pipeline"]
+        payload["kept"] = {
+            "frontends": sorted({r["frontend"] for r in kept}),
+            "date": earlier["machine"]["date"],
+        }
     out = Path(args.out) if args.out else (Path(tempfile.mkdtemp()) if args.quick else RESULTS)
     out.mkdir(parents=True, exist_ok=True)
     (out / "latency_f1.json").write_text(json.dumps(payload, indent=2) + "\n")

@@ -17,12 +17,21 @@ marks died out after about 400 words. Without the prompt its streamed marks scor
 instead of 66.2 in the end-to-end benchmark, at a pooled WER of 15.1 instead of 14.9
 (docs/conversation.md).
 
-Committing sooner (both optional; docs/latency.md measures them). ``confident``: a word the
+Committing sooner (all optional; docs/latency.md measures them). ``confident``: a word the
 recogniser is sure of (its probability), whose audio ended ``LocalAgreement.margin_s`` before the
-audio heard, is committed on first sight. ``end_of_speech_s``: when a pass's last word ended that
-long before the audio heard and the voice activity detector faster-whisper ships (Silero) hears
-no speech since, the whole hypothesis is committed at once: no second hypothesis comes to agree
-with it in a pause. Each pass reports its time and real-time factor (:class:`Pass`).
+audio heard, is committed on first sight. ``settle_after_s``: a word whose audio ended that long
+before the audio heard is committed as the latest pass heard it, even where the passes disagree,
+so no word waits for agreement longer than that and a pass. ``end_of_speech_s``: when a pass's
+last word ended that long before the audio heard and the voice activity detector faster-whisper
+ships (Silero) hears no speech since, the whole hypothesis is committed at once: no second
+hypothesis comes to agree with it in a pause. Each pass reports its time and real-time factor
+(:class:`Pass`).
+
+Faster passes. faster-whisper pads every window to 30 s, and the encoder's cost is that of 30 s
+whatever the buffer holds (a quarter of a second with tiny.en on 2 CPU cores, most of a short
+pass). With ``encoder_pad_s`` the encoder reads the buffer and that much of the padding's silence
+(at least ``MIN_WINDOW_S``): :func:`encoder_window`. And a pass writes at most
+``MAX_TOKENS_PER_S`` tokens a second of its audio, so that a hypothesis that loops ends early.
 
 Falling behind. Recognition is *behind* when audio that is due has waited more than ``max_lag_s``
 (default 8 s) without being recognised. Audio is due once real time has reached it: the caller
@@ -55,9 +64,12 @@ not thread-safe: feed it only between passes.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import math
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +86,7 @@ __all__ = [
     "Hypothesis",
     "Pass",
     "Skip",
+    "encoder_window",
     "is_silence",
     "load_whisper",
     "resolve_asr_model",
@@ -89,10 +102,15 @@ def _key(text: str) -> str:
 class LocalAgreement:
     """Commit the longest common prefix of the last two hypotheses (LocalAgreement-2).
 
-    ``confident``: also commit a word on first sight, without waiting for a second hypothesis,
-    when the recogniser's probability for it and for every uncommitted word before it is at
-    least this, and its audio ends ``margin_s`` before the end of the audio heard (the last words
-    of a hypothesis are the ones a recogniser still changes). None: LocalAgreement-2 only.
+    Two ways to commit a word on first sight, without waiting for a second hypothesis (None:
+    LocalAgreement-2 only); either commits it only with every uncommitted word before it:
+
+    - ``confident``: the recogniser's probability for it is at least this, and its audio ends
+      ``margin_s`` before the end of the audio heard (the last words of a hypothesis are the ones
+      a recogniser still changes);
+    - ``settle_after_s``: its audio ends at least this long (and ``margin_s``) before the end of
+      the audio heard, so that a word the passes keep disagreeing on waits no longer than that
+      (and a pass).
     """
 
     committed: list[Word] = field(default_factory=list)  # committed words still in the audio buffer
@@ -100,6 +118,7 @@ class LocalAgreement:
     last_end: float = 0.0  # end of the last committed word
     confident: float | None = None
     margin_s: float = 0.25
+    settle_after_s: float | None = None
 
     def update(
         self,
@@ -122,16 +141,25 @@ class LocalAgreement:
         while new and self.previous and _key(new[0].text) == _key(self.previous[0].text):
             commit.append(new.pop(0))
             self.previous.pop(0)
-        if self.confident is not None and heard_until is not None:
-            while (
-                new
-                and sure.get(id(new[0]), 0.0) >= self.confident
-                and new[0].end is not None
-                and new[0].end <= heard_until - self.margin_s
-            ):
+        if heard_until is not None:
+            while new and self._first_sight(new[0], sure.get(id(new[0]), 0.0), heard_until):
                 commit.append(new.pop(0))
         self.previous = new
         return self._commit(commit)
+
+    def _first_sight(self, word: Word, probability: float, heard_until: float) -> bool:
+        if word.end is None:
+            return False
+        # never within margin_s of the end of the audio heard: a word cut there is heard again
+        if self.settle_after_s is not None and word.end <= heard_until - max(
+            self.settle_after_s, self.margin_s
+        ):
+            return True
+        return (
+            self.confident is not None
+            and probability >= self.confident
+            and word.end <= heard_until - self.margin_s
+        )
 
     def settle(self) -> list[Word]:
         """Commit the whole last hypothesis as it stands (the end of speech, or of the stream)."""
@@ -218,6 +246,8 @@ class StreamingRecognizer:
         confident: float | None = None,
         end_of_speech_s: float | None = None,
         prompt: bool = False,
+        settle_after_s: float | None = None,
+        encoder_pad_s: float | None = None,
     ):
         if max_lag_s is not None and not 0 <= resume_s < max_lag_s:
             raise StreamPunctError(f"resume_s must be from 0 to max_lag_s ({max_lag_s}), got {resume_s}")
@@ -232,6 +262,8 @@ class StreamingRecognizer:
         self.confident = confident  # LocalAgreement's first-sight commit (None: off)
         self.end_of_speech_s = end_of_speech_s  # silence after the hypothesis that commits it (None: off)
         self.prompt = prompt  # Whisper sees the committed text before its buffer
+        self.settle_after_s = settle_after_s  # audio after a word that commits it unagreed (None: off)
+        self.encoder_pad_s = encoder_pad_s  # the encoder reads the buffer and this much (None: 30 s)
         self.audio = np.zeros(0, dtype=np.float32)  # the buffer that is transcribed
         self.offset = 0.0  # stream time of the buffer's first sample
         self.waiting: list[np.ndarray] = []  # audio fed after the buffer, not transcribed yet
@@ -294,7 +326,7 @@ class StreamingRecognizer:
         return Hypothesis(caught_up.committed + committed, self.policy.pending(), caught_up.skipped, stats)
 
     def _policy(self, last_end: float) -> LocalAgreement:
-        return LocalAgreement(last_end=last_end, confident=self.confident)
+        return LocalAgreement(last_end=last_end, confident=self.confident, settle_after_s=self.settle_after_s)
 
     def _ends_in_silence(self, words: list[Word]) -> bool:
         """Speech ended: the hypothesis has words after the commits, the last ended at least
@@ -355,21 +387,25 @@ class StreamingRecognizer:
         if len(self.audio) < SAMPLE_RATE // 10:
             return [], []
         prompt = (" ".join(self.history)[-200:] or None) if self.prompt else None
-        segments, _ = self.model.transcribe(
-            self.audio,
-            language=self.language,
-            initial_prompt=prompt,
-            word_timestamps=True,
-            vad_filter=True,
-            beam_size=self.beam_size,
-            condition_on_previous_text=False,
-        )
+        seconds = len(self.audio) / SAMPLE_RATE
+        window = None if self.encoder_pad_s is None else max(seconds + self.encoder_pad_s, MIN_WINDOW_S)
         words, probabilities = [], []
-        for seg in segments:
-            for w in seg.words or []:
-                if w.word.strip():
-                    words.append(Word(w.word.strip(), self.offset + w.start, self.offset + w.end))
-                    probabilities.append(w.probability)
+        with encoder_window(self.model, window):
+            segments, _ = self.model.transcribe(
+                self.audio,
+                language=self.language,
+                initial_prompt=prompt,
+                word_timestamps=True,
+                vad_filter=True,
+                beam_size=self.beam_size,
+                condition_on_previous_text=False,
+                max_new_tokens=math.ceil(MAX_TOKENS_PER_S * seconds) + 10,
+            )
+            for seg in segments:  # a generator: the encoder runs while it is read
+                for w in seg.words or []:
+                    if w.word.strip():
+                        words.append(Word(w.word.strip(), self.offset + w.start, self.offset + w.end))
+                        probabilities.append(w.probability)
         return words, probabilities
 
     def _trim(self) -> None:
@@ -390,6 +426,34 @@ class StreamingRecognizer:
         self.policy.forget_before(cut)
         self.audio = self.audio[samples:]
         self.offset += samples / SAMPLE_RATE  # exact: whole samples, no drift
+
+
+# Whisper's encoder reads at least this much (s) with ``encoder_pad_s``: on a second of speech and a
+# few of silence, tiny.en loops ("And so and so and so ..."), each loop a long pass.
+MIN_WINDOW_S = 10.0
+# Tokens a pass may write per second of buffer: fast speech needs about 5 with its marks and
+# timestamps; a looping hypothesis stops there instead of at 224, and its pass stays short.
+MAX_TOKENS_PER_S = 8.0
+
+
+@contextlib.contextmanager
+def encoder_window(model: Any, seconds: float | None) -> Iterator[None]:
+    """While open, Whisper's encoder reads the first ``seconds`` of each window instead of the
+    30 s that faster-whisper pads every window to. CTranslate2 takes such shorter inputs, and the
+    encoder's cost falls with their length (tiny.en int8 on 2 CPU cores: 0.25 s for 30 s, the
+    floor of a pass). The decoder still sees silence after the speech, ``seconds`` minus the
+    audio. None, or a model that is not faster-whisper's: unchanged. Not thread-safe: a model is
+    used by one pass at a time (the server's one recognition worker)."""
+    encode = getattr(type(model), "encode", None)
+    if seconds is None or encode is None:
+        yield
+        return
+    frames = min(3000, math.ceil(seconds * getattr(model, "frames_per_second", 100)))
+    model.encode = lambda features, *a, **kw: encode(model, features[..., :frames], *a, **kw)
+    try:
+        yield
+    finally:
+        del model.encode
 
 
 def is_silence(audio: np.ndarray) -> bool:

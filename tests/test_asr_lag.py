@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from streampunct.asr import SAMPLE_RATE, Skip, StreamingRecognizer
@@ -59,9 +59,11 @@ class ReadsTheSignal:
 class RemembersPrompts(ReadsTheSignal):
     def __init__(self):
         self.prompts: list[str | None] = []
+        self.max_new_tokens: list[int] = []
 
     def transcribe(self, audio: np.ndarray, **options):
         self.prompts.append(options["initial_prompt"])
+        self.max_new_tokens.append(options["max_new_tokens"])
         return super().transcribe(audio, **options)
 
 
@@ -145,6 +147,91 @@ def test_a_confident_word_is_committed_on_first_sight_when_its_audio_is_complete
     strict = StreamingRecognizer(ReadsTheSignal(), confident=0.95)
     strict.feed(speech(0, 2.2))
     assert strict.process().committed == []  # not sure enough: LocalAgreement-2 waits for a second pass
+
+
+class NeverAgrees(ReadsTheSignal):
+    """Each pass spells every word differently: two hypotheses never agree on one."""
+
+    def __init__(self):
+        self.passes = 0
+
+    def transcribe(self, audio: np.ndarray, **options):
+        self.passes += 1
+        segments, info = super().transcribe(audio, **options)
+        for w in segments[0].words:
+            w.word += "ab"[self.passes % 2]
+        return segments, info
+
+
+def test_a_word_the_passes_disagree_on_is_settled_once_enough_audio_follows_it():
+    """LocalAgreement-2 alone waits until the stream ends; with ``settle_after_s`` a word is
+    committed as the latest pass heard it once that much audio follows it, in order, once each."""
+    waits = StreamingRecognizer(NeverAgrees(), min_chunk_s=0.5)
+    settles = StreamingRecognizer(NeverAgrees(), min_chunk_s=0.5, settle_after_s=1.0)
+    committed = []
+    for step in range(20):  # 10 s in half seconds; word k ends at 0.5 k + 0.4
+        for rec in (waits, settles):
+            rec.feed(speech(step / 2, step / 2 + 0.5))
+        assert waits.process().committed == []
+        heard = step / 2 + 0.5
+        new = settles.process().committed
+        committed += new
+        # exactly the words that ended a second or more before the audio heard
+        assert len(committed) == sum(0.5 * k + 0.4 <= heard - 1.0 for k in range(20))
+    committed += settles.finish()
+    assert [int(w.text[1:-1]) for w in committed] == list(range(20))
+    assert len(waits.finish()) == 20
+
+
+@pytest.mark.parametrize("settle_after_s", [0.3, 1.0, 2.5])
+def test_settling_loses_and_repeats_nothing(settle_after_s):
+    rec, committed = simulate(pass_s=0.3, seconds=30, settle_after_s=settle_after_s, min_chunk_s=0.5)
+    check_stream(rec, committed)
+    assert [index(w) for w in committed] == list(range(60))
+
+
+class Encodes(ReadsTheSignal):
+    """A stand-in with faster-whisper's ``encode``: what each pass's encoder read, in frames."""
+
+    frames_per_second = 100
+
+    def __init__(self):
+        self.read: list[int] = []
+
+    def encode(self, features: np.ndarray):
+        self.read.append(features.shape[-1])
+
+    def transcribe(self, audio: np.ndarray, **options):
+        self.encode(np.zeros((80, 3000), dtype=np.float32))  # faster-whisper pads every window to 30 s
+        return super().transcribe(audio, **options)
+
+
+def test_the_encoder_reads_the_buffer_and_its_pad_not_30_s():
+    model = Encodes()
+    rec = StreamingRecognizer(model, min_chunk_s=1.0, encoder_pad_s=4.0)
+    for second in range(14):
+        rec.feed(speech(second, second + 1.0))
+        rec.process()
+    # at least 10 s (shorter windows make tiny.en loop), then the buffer and 4 s, at most 30 s
+    assert model.read[:7] == [1000] * 6 + [1100]
+    assert model.read[-1] == 1800
+    assert "encode" not in vars(model)  # the model is as it was between passes
+    full = Encodes()
+    plain = StreamingRecognizer(full, min_chunk_s=1.0)
+    plain.feed(speech(0, 3.0))
+    plain.process()
+    assert full.read == [3000]
+
+
+def test_a_pass_writes_at_most_8_tokens_a_second_of_its_audio():
+    """A looping hypothesis ("and so and so and so ...") stops there instead of at Whisper's 224
+    tokens, so that its pass stays short."""
+    model = RemembersPrompts()
+    rec = StreamingRecognizer(model, min_chunk_s=0.5)
+    for second in (0.0, 0.5, 1.0):
+        rec.feed(speech(second, second + 0.5))
+        rec.process()
+    assert model.max_new_tokens == [14, 18, 22]
 
 
 def test_a_pass_reports_its_time_and_audio():
@@ -249,9 +336,14 @@ def test_resume_must_be_shorter_than_the_lag():
     seconds=st.floats(1.0, 60.0),
     max_lag_s=st.floats(3.0, 15.0),
     resume_s=st.floats(0.0, 2.9),
+    settle_after_s=st.none() | st.floats(0.0, 5.0),
 )
-def test_any_pace_keeps_the_stream_in_order(pass_s, seconds, max_lag_s, resume_s):
-    rec, committed = simulate(pass_s, seconds, max_lag_s=max_lag_s, resume_s=resume_s)
+# found by this test: settling at 0 s committed a word cut at the buffer's end, then its rest again
+@example(pass_s=1.625, seconds=26.0, max_lag_s=3.0, resume_s=0.0, settle_after_s=0.0)
+def test_any_pace_keeps_the_stream_in_order(pass_s, seconds, max_lag_s, resume_s, settle_after_s):
+    rec, committed = simulate(
+        pass_s, seconds, max_lag_s=max_lag_s, resume_s=resume_s, settle_after_s=settle_after_s
+    )
     check_stream(rec, committed)
     assert rec.unprocessed == 0 and rec.duration == pytest.approx(np.ceil(seconds / 0.25) * 0.25)
     skipped = sum(s.seconds for s in rec.skipped)

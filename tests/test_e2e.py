@@ -220,3 +220,28 @@ def test_the_end_of_speech_commits_the_recognisers_guess(tmp_path):
     assert hyp.provisional == [] and hyp.complete_until is None
     held = waits.process()
     assert held.committed == [] and held.provisional and not held.pass_.end_of_speech
+
+
+@needs_espeak
+def test_a_shorter_encoder_window_hears_the_same_sentences(tmp_path):
+    """With ``encoder_pad_s`` Whisper's encoder reads the buffer and 4 s of silence (at least 10 s)
+    instead of 30 s: the same words, and the model is left as it was."""
+    from streampunct.asr import SAMPLE_RATE, StreamingRecognizer, load_whisper
+
+    wav = tmp_path / "talk.wav"
+    text = " ".join(SENTENCES[:3])
+    subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(wav), text], check=True)
+    audio = np.concatenate([load_audio(str(wav)), np.zeros(SAMPLE_RATE, dtype=np.float32)])
+    model = load_whisper("tiny.en", "cpu")
+    heard = {}
+    for pad in (None, 4.0):
+        rec = StreamingRecognizer(model, min_chunk_s=0.5, encoder_pad_s=pad)
+        committed = []
+        for start in range(0, len(audio), SAMPLE_RATE // 2):
+            rec.feed(audio[start : start + SAMPLE_RATE // 2])
+            while rec.ready():
+                committed += rec.process().committed
+        heard[pad] = words_of(" ".join(w.text for w in committed + rec.finish()))
+        assert "encode" not in vars(model)
+    assert heard[4.0] == heard[None]
+    assert len(set(heard[4.0]) & set(words_of(text))) >= len(set(words_of(text))) - 2
