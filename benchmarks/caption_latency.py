@@ -64,6 +64,8 @@ FRONTENDS: dict[str, str] = {
     "--provisional-lookahead off --asr-prompt off --asr-encoder-pad-s 4 --asr-settle-after-s 1",
     "short-next": "--asr-chunk-s 0.5 --asr-buffer-s 25 --asr-confident off --asr-end-of-speech-s 0.5 "
     "--provisional-lookahead on --asr-prompt off --asr-encoder-pad-s 4 --asr-settle-after-s 1",
+    "short-next-0.3": "--asr-chunk-s 0.3 --asr-buffer-s 25 --asr-confident off --asr-end-of-speech-s 0.5 "
+    "--provisional-lookahead on --asr-prompt off --asr-encoder-pad-s 4 --asr-settle-after-s 1",
     "live": "--asr-chunk-s 0.5 --asr-buffer-s 6 --asr-confident 0.7 --asr-end-of-speech-s 0.5 "
     "--provisional-lookahead on --asr-prompt on",
     "live-agree": "--asr-chunk-s 0.5 --asr-buffer-s 6 --asr-confident off --asr-end-of-speech-s 0.5 "
