@@ -47,29 +47,39 @@ from clients.file import load_audio, stream_file  # noqa: E402
 from streampunct import protocol as P  # noqa: E402
 from streampunct.text import normalize  # noqa: E402
 
+
+def _flags(
+    chunk: str = "0.5",
+    buffer: str = "25",
+    confident: str = "off",
+    end_of_speech: str = "0.5",
+    lookahead: str | None = "on",
+    prompt: str = "on",
+    short: bool = False,
+) -> str:
+    """A front end's ``serve`` flags; ``short``: the encoder window and settling of 2026-11-25."""
+    flags = f"--asr-chunk-s {chunk} --asr-buffer-s {buffer} --asr-confident {confident} "
+    flags += f"--asr-end-of-speech-s {end_of_speech}"
+    flags += f" --provisional-lookahead {lookahead}" if lookahead else ""
+    flags += f" --asr-prompt {prompt}"
+    return flags + (" --asr-encoder-pad-s 4 --asr-settle-after-s 1" if short else "")
+
+
 # Front-end settings: the server's flags. "today" is the front end before issue 19; "today", "fast",
 # "next" and "live" were measured with the recogniser's prompt on (the server's default then), and
 # keep it. "no-prompt" was the shipped default from 2026-11-24, "short-next" is the default since
 # 2026-11-25 (docs/latency.md).
 FRONTENDS: dict[str, str] = {
-    "today": "--asr-chunk-s 1 --asr-buffer-s 25 --asr-confident off --asr-end-of-speech-s off "
-    "--provisional-lookahead off --asr-prompt on",
+    "today": _flags(chunk="1", end_of_speech="off", lookahead="off"),
     "default": "",  # the server's defaults (server/app.py, ASR_DEFAULTS)
-    "fast": "--asr-chunk-s 0.5 --asr-buffer-s 25 --asr-confident 0.7 --asr-end-of-speech-s 0.5 --asr-prompt on",
-    "next": "--asr-chunk-s 0.5 --asr-buffer-s 25 --asr-confident off --asr-end-of-speech-s 0.5 "
-    "--provisional-lookahead on --asr-prompt on",
-    "no-prompt": "--asr-chunk-s 0.5 --asr-buffer-s 25 --asr-confident off --asr-end-of-speech-s 0.5 "
-    "--provisional-lookahead off --asr-prompt off",
-    "short": "--asr-chunk-s 0.5 --asr-buffer-s 25 --asr-confident off --asr-end-of-speech-s 0.5 "
-    "--provisional-lookahead off --asr-prompt off --asr-encoder-pad-s 4 --asr-settle-after-s 1",
-    "short-next": "--asr-chunk-s 0.5 --asr-buffer-s 25 --asr-confident off --asr-end-of-speech-s 0.5 "
-    "--provisional-lookahead on --asr-prompt off --asr-encoder-pad-s 4 --asr-settle-after-s 1",
-    "short-next-0.3": "--asr-chunk-s 0.3 --asr-buffer-s 25 --asr-confident off --asr-end-of-speech-s 0.5 "
-    "--provisional-lookahead on --asr-prompt off --asr-encoder-pad-s 4 --asr-settle-after-s 1",
-    "live": "--asr-chunk-s 0.5 --asr-buffer-s 6 --asr-confident 0.7 --asr-end-of-speech-s 0.5 "
-    "--provisional-lookahead on --asr-prompt on",
-    "live-agree": "--asr-chunk-s 0.5 --asr-buffer-s 6 --asr-confident off --asr-end-of-speech-s 0.5 "
-    "--provisional-lookahead on --asr-prompt on",
+    "fast": _flags(confident="0.7", lookahead=None),
+    "next": _flags(),
+    "no-prompt": _flags(lookahead="off", prompt="off"),
+    "short": _flags(lookahead="off", prompt="off", short=True),
+    "short-next": _flags(prompt="off", short=True),
+    "short-next-0.3": _flags(chunk="0.3", prompt="off", short=True),
+    "live": _flags(buffer="6", confident="0.7"),
+    "live-agree": _flags(buffer="6"),
 }
 LONG = ("conv1", "monologue", "conv2")  # e2e recordings joined into the long stream
 STAGES = ("seen", "committed", "sent", "final")  # after the audio end, in order

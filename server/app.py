@@ -773,6 +773,7 @@ async def embedded(
 
 
 def asr_options(
+    *,
     chunk_s: float = ASR_DEFAULTS["min_chunk_s"],
     buffer_s: float = ASR_DEFAULTS["max_buffer_s"],
     confident: float | None = ASR_DEFAULTS["confident"],
@@ -904,13 +905,13 @@ def main(argv: list[str] | None = None) -> int:
 
         async def start() -> None:
             options = asr_options(
-                args.asr_chunk_s,
-                args.asr_buffer_s,
-                args.asr_confident,
-                args.asr_end_of_speech_s,
-                args.asr_prompt,
-                args.asr_settle_after_s,
-                args.asr_encoder_pad_s,
+                chunk_s=args.asr_chunk_s,
+                buffer_s=args.asr_buffer_s,
+                confident=args.asr_confident,
+                end_of_speech_s=args.asr_end_of_speech_s,
+                prompt=args.asr_prompt,
+                settle_after_s=args.asr_settle_after_s,
+                encoder_pad_s=args.asr_encoder_pad_s,
             )
             app = App(
                 punctuator,
