@@ -26,21 +26,25 @@ espeak-ng reads the rendered, punctuated text: its prosody (pauses at marks, a r
 carries the reference punctuation, as a speaker's does, for every system alike.
 
 For each recording, ``record`` runs (a) streampunct's live path up to the punctuator: the
-streaming recogniser (``streampunct.asr.StreamingRecognizer``, tiny.en, LocalAgreement, its
-defaults: a pass per second of new audio, no end-of-speech commit, and no prompt unless
-``--asr-prompt on``) fed 0.5 s chunks on a simulated clock (the clock is the audio fed so far:
+streaming recogniser (``streampunct.asr.StreamingRecognizer``, tiny.en) with the server's settings
+(``server.app.asr_options()``: a pass once 0.5 s of new audio waits, the encoder on the buffer and
+4 s, LocalAgreement with settling after 1 s and the end-of-speech commit, no prompt unless
+``--asr-prompt on``) fed CHUNK_S chunks on a simulated clock (the clock is the audio fed so far:
 real-time speed with instant compute; deterministic, nothing sleeps). A pass runs whenever the
 recogniser is ready, as the server's AsrSession does. ``sentence_end()`` is never called, so the
 buffer is trimmed only past 25 s at the last committed word and the recogniser's words do not
 depend on the punctuator (live, streampunct's periods trim it sooner). Every pass's committed
-words are kept with the clock, then the words of ``finish()``. (b) faster-whisper offline with its
-own punctuation (beam 5, word timestamps) with tiny.en and base. All of it is JSON in --cache, one
-file per recording; a step already there is not run again (``--force`` reruns).
+words are kept with the clock and its provisional words, then the words of ``finish()``; the
+settings are kept too (``front_end``), and a recording streamed with other settings is streamed
+again. (b) faster-whisper offline with its own punctuation (beam 5, word timestamps) with tiny.en
+and base. All of it is JSON in --cache, one file per recording; a step already there is not run
+again (``--force`` reruns).
 
 ``score`` replays each recording's committed batches into a fresh ``PunctStream`` per
-configuration (model x lookahead x pauses; ``push(words, now=clock)``, then ``finish()``, no time
-limit) and takes each word's final label; a word's label goes on its last token (``normalize``),
-its other tokens get O (the stream's events are per word). ``--pauses`` (both, on, off) is passed
+configuration (model x lookahead x pauses; ``push(words, now=clock, tentative=provisional)``, as
+the server does with ``--provisional-lookahead on``, its default; ``--provisional-lookahead off``
+pushes no tentative words; then ``finish()``, no time limit) and takes each word's final label;
+a word's label goes on its last token (``normalize``), its other tokens get O (the stream's events are per word). ``--pauses`` (both, on, off) is passed
 to ``Punctuator.stream`` only when its signature has that parameter, and pauses=on runs only for a
 checkpoint with pause fusion (without it, on equals off); the JSON's "pauses" says what ran. A
 checkpoint whose fusion reads the recogniser's own marks runs pauses=on twice: on the streamed
@@ -79,6 +83,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from common import RESULTS, machine, write_json  # noqa: E402
 
+from server.app import ASR_DEFAULTS, asr_options  # noqa: E402
 from streampunct import Punctuator  # noqa: E402
 from streampunct.asr import SAMPLE_RATE, StreamingRecognizer, resolve_asr_model  # noqa: E402
 from streampunct.conversation import labeled_words  # noqa: E402
@@ -88,7 +93,7 @@ from streampunct.text import normalize, normalize_labeled, read_iwslt, render, w
 from streampunct.types import Word  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-CHUNK_S = 0.5  # audio fed to the recogniser per step
+CHUNK_S = 0.25  # audio fed to the recogniser per step (as clients/file.py sends it)
 CLIP_GAP_S = 1.0  # silence between joined human clips
 TURN_GAP_S = (0.3, 0.8)  # silence between conversation turns
 TARGET_S = 300.0  # length of each synthetic recording
@@ -234,11 +239,17 @@ def stream_has_pauses() -> bool:
 
 
 def replay(
-    p: Punctuator, asr: dict, lookahead: int, pauses: bool | None, marks: bool = True
+    p: Punctuator,
+    asr: dict,
+    lookahead: int,
+    pauses: bool | None,
+    marks: bool = True,
+    provisional_lookahead: bool = True,
 ) -> tuple[list[str], list[str]]:
     """The recorded committed batches through a fresh stream; each word's final label. Without
     ``marks``, the recogniser's own marks are taken off its words first (a recogniser that writes
-    none)."""
+    none); with ``provisional_lookahead``, each batch's provisional words are pushed as tentative
+    lookahead (recordings made before they were kept have none)."""
     kwargs: dict[str, object] = {"lookahead": lookahead, "max_delay_ms": None}
     if pauses is not None:
         kwargs["pauses"] = pauses
@@ -254,7 +265,8 @@ def replay(
     for batch in [*asr["batches"], asr["final"]]:
         ws = recognised(batch["words"], marks)
         words += [w.text for w in ws]
-        take(stream.push(ws, now=batch["clock"]))
+        guess = recognised(batch.get("tentative", []), marks) if provisional_lookahead else []
+        take(stream.push(ws, now=batch["clock"], tentative=guess))
     take(stream.finish())
     assert len(final) == len(words), "every word gets one final label"
     return word_tokens(words, [final[i] for i in range(len(words))])
@@ -411,10 +423,11 @@ def _words(ws: Sequence[Word]) -> list[dict]:
     return [{"text": w.text, "start": round(w.start, 3), "end": round(w.end, 3)} for w in ws]
 
 
-def stream_asr(model, audio: np.ndarray, prompt: bool = False) -> dict:
-    """The streaming recogniser over ``audio`` in CHUNK_S steps on a simulated clock (module
-    docstring): every pass's committed words with the clock, then ``finish()``'s."""
-    rec = StreamingRecognizer(model, prompt=prompt)
+def stream_asr(model, audio: np.ndarray, options: dict) -> dict:
+    """The streaming recogniser (``StreamingRecognizer(model, **options)``) over ``audio`` in CHUNK_S
+    steps on a simulated clock (module docstring): every pass's committed words with the clock and
+    its provisional words, then ``finish()``'s."""
+    rec = StreamingRecognizer(model, **options)
     step = int(CHUNK_S * SAMPLE_RATE)
     batches = []
     t0 = time.perf_counter()
@@ -430,6 +443,7 @@ def stream_asr(model, audio: np.ndarray, prompt: bool = False) -> dict:
                     "clock": round(clock, 3),
                     "asr_clock": round(asr_clock, 3),  # the server's push clock, for reference
                     "words": _words(hyp.committed),
+                    "tentative": _words(hyp.provisional),
                     "skipped": None if hyp.skipped is None else [hyp.skipped.start, hyp.skipped.end],
                 }
             )
@@ -438,7 +452,8 @@ def stream_asr(model, audio: np.ndarray, prompt: bool = False) -> dict:
     return {
         "model": STREAM_ASR,
         "chunk_s": CHUNK_S,
-        "prompt": prompt,
+        "prompt": options["prompt"],
+        "front_end": options,
         "batches": batches,
         "final": final,
         "passes": len(batches),
@@ -523,17 +538,20 @@ def make_recordings(args, cache: Path) -> None:
 def recognise(
     cache: Path, force: bool, offline_models: Sequence[str] = OFFLINE_ASR, prompt: bool = False
 ) -> None:
-    """Each recogniser over every recording not yet recognised by it: the streaming one, then
-    each offline one (one model loaded at a time)."""
+    """Each recogniser over every recording it has not recognised yet (the streaming one also over
+    those streamed with settings other than the server's): the streaming one, then each offline
+    one (one model loaded at a time)."""
     names = [p.stem for p in sorted(cache.glob("*.json"))]
-    streaming = functools.partial(stream_asr, prompt=prompt)
+    options = asr_options(prompt="on" if prompt else "off")
+    streaming = functools.partial(stream_asr, options=options)
     jobs = [("streaming", STREAM_ASR, streaming)] + [("offline", asr, offline_asr) for asr in offline_models]
     for kind, asr, run in jobs:
         model = None
         for name in names:
             path = cache / f"{name}.json"
             rec = json.loads(path.read_text())
-            if force or asr not in rec[kind]:
+            done = rec[kind].get(asr)
+            if force or done is None or (kind == "streaming" and done.get("front_end") != options):
                 model = model or whisper(asr)
                 rec[kind][asr] = run(model, read_wav(Path(rec["wav"])))
                 _save(path, rec)
@@ -611,7 +629,12 @@ def whisper_systems(recordings: Sequence[dict]) -> list[dict]:
     return out
 
 
-def evaluate(recordings: Sequence[dict], systems: Sequence[dict], punctuators: dict[str, Punctuator]) -> dict:
+def evaluate(
+    recordings: Sequence[dict],
+    systems: Sequence[dict],
+    punctuators: dict[str, Punctuator],
+    provisional_lookahead: bool = True,
+) -> dict:
     """{system name: {recording name: comparison}} (see :func:`compare`)."""
     refs = {r["name"]: reference(r["text"]) for r in recordings}
     out: dict[str, dict[str, dict]] = {}
@@ -621,7 +644,14 @@ def evaluate(recordings: Sequence[dict], systems: Sequence[dict], punctuators: d
         for r in recordings:
             asr = r["streaming"][STREAM_ASR]
             if s["kind"] == "streampunct":
-                hyp = replay(punctuators[s["model"]], asr, s["lookahead"], s["pauses"], s.get("marks", True))
+                hyp = replay(
+                    punctuators[s["model"]],
+                    asr,
+                    s["lookahead"],
+                    s["pauses"],
+                    s.get("marks", True),
+                    provisional_lookahead,
+                )
             elif s["kind"] == "whisper_streamed":
                 hyp = whisper_tokens(streamed_words(asr))
             elif s["asr"] in r["offline"]:
@@ -707,7 +737,8 @@ def score_cmd(args) -> None:
     punctuators = {m: Punctuator.load(m, device=args.device) for m in args.models}
     systems, pauses = systems_for(punctuators, args.lookaheads, args.pauses)
     systems += whisper_systems(recordings)
-    compared = evaluate(recordings, systems, punctuators)
+    provisional = args.provisional_lookahead == "on"
+    compared = evaluate(recordings, systems, punctuators, provisional)
     results = summarise(recordings, compared)
     sets = [s for s in SETS if any(r["set"] == s for r in recordings)]
     payload = {
@@ -721,6 +752,8 @@ def score_cmd(args) -> None:
             "max_delay_ms": None,
             "sentence_end": False,
             "prompt": sorted({r["streaming"][STREAM_ASR].get("prompt", True) for r in recordings}),
+            "front_end": [r["streaming"][STREAM_ASR].get("front_end") for r in recordings],
+            "provisional_lookahead": provisional,
         },
         "recordings": {
             r["name"]: {
@@ -759,7 +792,7 @@ def quick(workdir: Path | None = None) -> tuple[dict, str]:
             "set": "synthetic_conversation",
             "text": " ".join(QUICK_TURNS),
             "seconds": round(len(audio) / SAMPLE_RATE, 2),
-            "streaming": {STREAM_ASR: stream_asr(model, audio)},
+            "streaming": {STREAM_ASR: stream_asr(model, audio, asr_options())},
             "offline": {STREAM_ASR: offline_asr(model, audio)},
         }
     systems = [
@@ -803,6 +836,12 @@ def main() -> None:
     s.add_argument("--lookaheads", nargs="+", type=int, default=[0, 2])
     s.add_argument("--pauses", choices=["both", "on", "off"], default="both")
     s.add_argument("--device", default="cpu")
+    s.add_argument(
+        "--provisional-lookahead",
+        choices=["on", "off"],
+        default=ASR_DEFAULTS["provisional_lookahead"],
+        help="push each pass's provisional words as lookahead (default %(default)s, the server's)",
+    )
     s.add_argument("--out", default="e2e", help="results name: benchmarks/results/OUT.json and OUT.png")
     sub.add_parser("quick", help="20 s of espeak-ng; no data needed")
     args = ap.parse_args()

@@ -271,11 +271,11 @@ def main() -> None:
         replayed = {r["frontend"] for r in payload["pipeline"]}
         earlier = json.loads(Path(args.keep).read_text())
         kept = [r for r in earlier["pipeline"] if r["frontend"] not in replayed]
+        names = sorted({r["frontend"] for r in kept})
+        before = earlier.get("kept", {})  # front ends that run kept in turn: their own date
+        same = set(names) <= set(before.get("frontends", []))
         payload["pipeline"] = kept + payload["pipeline"]
-        payload["kept"] = {
-            "frontends": sorted({r["frontend"] for r in kept}),
-            "date": earlier["machine"]["date"],
-        }
+        payload["kept"] = {"frontends": names, "date": before["date"] if same else earlier["machine"]["date"]}
     out = Path(args.out) if args.out else (Path(tempfile.mkdtemp()) if args.quick else RESULTS)
     out.mkdir(parents=True, exist_ok=True)
     (out / "latency_f1.json").write_text(json.dumps(payload, indent=2) + "\n")

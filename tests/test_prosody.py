@@ -170,7 +170,7 @@ def test_synthetic_times_pause_more_after_sentences():
     assert np.mean(gap["PERIOD"]) > np.mean(gap["COMMA"]) > np.mean(gap["O"])
 
 
-def test_synthetic_marks_are_a_recognisers_mostly_right_often_missing():
+def test_synthetic_marks_are_a_streamed_recognisers_periods_at_commas_too():
     rng = np.random.default_rng(0)
     labels = ["O", "O", "COMMA", "O", "PERIOD", "O", "QUESTION"] * 30
     own: dict[str, list[str]] = {lab: [] for lab in set(labels)}
@@ -184,8 +184,10 @@ def test_synthetic_marks_are_a_recognisers_mostly_right_often_missing():
         assert [w.start for w in words] == sorted(w.start for w in words)
     assert 20 <= unmarked <= 60  # a fifth of the recognisers write none
     share = {lab: {m: marks.count(m) / len(marks) for m in set(marks)} for lab, marks in own.items()}
-    assert share["PERIOD"]["PERIOD"] > 0.3 and share["QUESTION"]["QUESTION"] > 0.25
-    assert share["O"]["O"] > 0.95 and share["COMMA"]["COMMA"] > share["COMMA"].get("PERIOD", 0)
+    assert share["PERIOD"]["PERIOD"] > 0.4 and share["QUESTION"]["QUESTION"] > 0.3
+    assert share["O"]["O"] > 0.9 and share["O"]["PERIOD"] > share["O"]["COMMA"]
+    # a streamed Whisper's commonest error: a period where the reference has a comma
+    assert share["COMMA"]["PERIOD"] > 3 * share["COMMA"]["COMMA"]
 
 
 def test_offsets_per_lookahead_are_tuned_for_f1():
