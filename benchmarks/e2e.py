@@ -536,13 +536,13 @@ def make_recordings(args, cache: Path) -> None:
 
 
 def recognise(
-    cache: Path, force: bool, offline_models: Sequence[str] = OFFLINE_ASR, prompt: bool = False
+    cache: Path, force: bool, offline_models: Sequence[str] = OFFLINE_ASR, prompt: str = "off"
 ) -> None:
     """Each recogniser over every recording it has not recognised yet (the streaming one also over
     those streamed with settings other than the server's): the streaming one, then each offline
     one (one model loaded at a time)."""
     names = [p.stem for p in sorted(cache.glob("*.json"))]
-    options = asr_options(prompt="on" if prompt else "off")
+    options = asr_options(prompt=prompt)
     streaming = functools.partial(stream_asr, options=options)
     jobs = [("streaming", STREAM_ASR, streaming)] + [("offline", asr, offline_asr) for asr in offline_models]
     for kind, asr, run in jobs:
@@ -565,7 +565,7 @@ def record(args) -> None:
     cache.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     make_recordings(args, cache)
-    recognise(cache, args.force, prompt=args.asr_prompt == "on")
+    recognise(cache, args.force, prompt=args.asr_prompt)
     total = time.perf_counter() - t0
     print(f"recorded in {total / 60:.1f} min -> {cache}", flush=True)
 
