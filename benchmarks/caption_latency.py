@@ -55,14 +55,17 @@ def _flags(
     end_of_speech: str = "0.5",
     lookahead: str | None = "on",
     prompt: str = "on",
-    short: bool = False,
+    pad: str = "off",
+    settle: str = "off",
 ) -> str:
-    """A front end's ``serve`` flags; ``short``: the encoder window and settling of 2026-11-25."""
+    """A front end's ``serve`` flags, every one given, so that a front end stays what it was measured
+    as when the server's defaults change; ``pad`` and ``settle`` came on 2026-11-25 (off: a 30 s
+    encoder window and no settling, as before them)."""
     flags = f"--asr-chunk-s {chunk} --asr-buffer-s {buffer} --asr-confident {confident} "
     flags += f"--asr-end-of-speech-s {end_of_speech}"
     flags += f" --provisional-lookahead {lookahead}" if lookahead else ""
     flags += f" --asr-prompt {prompt}"
-    return flags + (" --asr-encoder-pad-s 4 --asr-settle-after-s 1" if short else "")
+    return flags + f" --asr-encoder-pad-s {pad} --asr-settle-after-s {settle}"
 
 
 # Front-end settings: the server's flags. "today" is the front end before issue 19; "today", "fast",
@@ -75,9 +78,10 @@ FRONTENDS: dict[str, str] = {
     "fast": _flags(confident="0.7", lookahead=None),
     "next": _flags(),
     "no-prompt": _flags(lookahead="off", prompt="off"),
-    "short": _flags(lookahead="off", prompt="off", short=True),
-    "short-next": _flags(prompt="off", short=True),
-    "short-next-0.3": _flags(chunk="0.3", prompt="off", short=True),
+    "short": _flags(lookahead="off", prompt="off", pad="4", settle="1"),
+    "short-next": _flags(prompt="off", pad="4", settle="1"),
+    "short-next-0.3": _flags(chunk="0.3", prompt="off", pad="4", settle="1"),
+    "pad12": _flags(prompt="off", pad="12", settle="1"),
     "live": _flags(buffer="6", confident="0.7"),
     "live-agree": _flags(buffer="6"),
 }
@@ -281,21 +285,21 @@ def flags_text(flags: list[str]) -> str:
 
 def table(payload: dict[str, Any]) -> str:
     lines = [
-        "| front end | input | words | latency median s | p95 s | caption line median s | WER % | micro-F1 |",
-        "|---|---|---|---|---|---|---|---|",
+        "| front end | run | input | words | latency median s | p95 s | caption line median s | WER % | micro-F1 |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+    m = payload["machine"]
     for name, fe in payload["frontends"].items():
         for set_name, s in fe["sets"].items():
             cap = s["caption_s"]["median"] if s["caption_s"] else float("nan")
             lines.append(
-                f"| {name} | {set_name} | {s['words']} | {s['latency_s']['median']:.2f} | {s['latency_s']['p95']:.2f} | "
-                f"{cap:.2f} | {s['wer']:.1f} | {s['micro_f1']:.1f} |"
+                f"| {name} | {fe.get('date', m['date'])} | {set_name} | {s['words']} | {s['latency_s']['median']:.2f} | "
+                f"{s['latency_s']['p95']:.2f} | {cap:.2f} | {s['wer']:.1f} | {s['micro_f1']:.1f} |"
             )
-    m = payload["machine"]
     lines += [
         "",
         f"{payload['asr_model']} int8, lookahead {payload['lookahead']}, time limit {payload['max_delay_ms']:.0f} ms, "
-        f"real-time input in 0.25 s chunks, on {m['cpu']} ({m['cores']} cores), {m['date']}. Front ends: "
+        f"real-time input in 0.25 s chunks, on {m['cpu']} ({m['cores']} cores). Front ends: "
         + "; ".join(f"`{k}`: {flags_text(v['flags'])}" for k, v in payload["frontends"].items())
         + ". `python benchmarks/caption_latency.py --audio ../shared/data/audio --e2e-cache ../e2e_cache`.",
     ]
@@ -345,9 +349,16 @@ def main() -> None:
     )
     args = ap.parse_args()
 
-    if args.docs_from:  # several runs side by side (each front end keeps its own machine and date)
-        runs = [json.loads(Path(p).read_text()) for p in args.docs_from]
-        merged = {**runs[0], "frontends": {k: v for r in runs for k, v in r["frontends"].items()}}
+    if args.docs_from:  # several runs side by side, each front end with its run's date
+        runs = {Path(p).stem: json.loads(Path(p).read_text()) for p in args.docs_from}
+        frontends: dict[str, Any] = {}
+        for stem, run in runs.items():  # a front end measured again: a row of its own, named by its file
+            for name, fe in run["frontends"].items():
+                frontends[name if name not in frontends else f"{name} ({stem})"] = {
+                    **fe,
+                    "date": run["machine"]["date"],
+                }
+        merged = {**next(iter(runs.values())), "frontends": frontends}
         update_readme("latency", table(merged))
         update_readme("breakdown", breakdown(merged))
         return

@@ -28,7 +28,7 @@ carries the reference punctuation, as a speaker's does, for every system alike.
 For each recording, ``record`` runs (a) streampunct's live path up to the punctuator: the
 streaming recogniser (``streampunct.asr.StreamingRecognizer``, tiny.en) with the server's settings
 (``server.app.asr_options()``: a pass once 0.5 s of new audio waits, the encoder on the buffer and
-4 s, LocalAgreement with settling after 1 s and the end-of-speech commit, no prompt unless
+12 s, LocalAgreement with settling after 1 s and the end-of-speech commit, no prompt unless
 ``--asr-prompt on``) fed CHUNK_S chunks on a simulated clock (the clock is the audio fed so far:
 real-time speed with instant compute; deterministic, nothing sleeps). A pass runs whenever the
 recogniser is ready, as the server's AsrSession does. ``sentence_end()`` is never called, so the

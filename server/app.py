@@ -56,7 +56,7 @@ from streampunct.types import SAMPLE_RATE, PunctEvent, Word
 PAGE = Path(__file__).parent / "page" / "index.html"
 
 # The live front end's settings (docs/latency.md measures them): a pass once half a second of new
-# audio waits and the last pass has ended, on an encoder window of the buffer and 4 s (not 30 s);
+# audio waits and the last pass has ended, on an encoder window of the buffer and 12 s (not 30 s);
 # commits when two passes agree (LocalAgreement-2), once a second of audio follows a word, and at
 # the end of speech; the provisional words serve as lookahead (final marks 0.36 s sooner on the long
 # stream, for 2.4 points of punctuation F1).
@@ -66,7 +66,7 @@ ASR_DEFAULTS: dict[str, Any] = {
     "confident": None,
     "end_of_speech_s": 0.5,
     "settle_after_s": 1.0,
-    "encoder_pad_s": 4.0,
+    "encoder_pad_s": 12.0,
     "prompt": "off",
     "provisional_lookahead": "on",
 }
