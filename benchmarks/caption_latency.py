@@ -53,7 +53,7 @@ def _flags(
     buffer: str = "25",
     confident: str = "off",
     end_of_speech: str = "0.5",
-    lookahead: str | None = "on",
+    lookahead: str = "on",
     prompt: str = "on",
     pad: str = "off",
     settle: str = "off",
@@ -63,7 +63,7 @@ def _flags(
     encoder window and no settling, as before them)."""
     flags = f"--asr-chunk-s {chunk} --asr-buffer-s {buffer} --asr-confident {confident} "
     flags += f"--asr-end-of-speech-s {end_of_speech}"
-    flags += f" --provisional-lookahead {lookahead}" if lookahead else ""
+    flags += f" --provisional-lookahead {lookahead}"
     flags += f" --asr-prompt {prompt}"
     return flags + f" --asr-encoder-pad-s {pad} --asr-settle-after-s {settle}"
 
@@ -75,7 +75,7 @@ def _flags(
 FRONTENDS: dict[str, str] = {
     "today": _flags(chunk="1", end_of_speech="off", lookahead="off"),
     "default": "",  # the server's defaults (server/app.py, ASR_DEFAULTS)
-    "fast": _flags(confident="0.7", lookahead=None),
+    "fast": _flags(confident="0.7", lookahead="off"),  # provisional lookahead came after it
     "next": _flags(),
     "no-prompt": _flags(lookahead="off", prompt="off"),
     "short": _flags(lookahead="off", prompt="off", pad="4", settle="1"),

@@ -60,3 +60,17 @@ def test_quick_mode_writes_both_panels(tmp_path):
     ms = [delays[f"k={k}"]["ms"]["median"] for k in range(5)]
     assert ms[0] == 0 and ms == sorted(ms) and ms[4] > ms[1] > 0
     assert payload["pipeline"] == []  # no timelines given
+
+
+def test_each_named_front_end_sets_every_recogniser_setting():
+    """A named front end stays what it was measured as when the server's defaults change: it gives
+    each of them (``today`` once took the 12 s pad and settling that came after it)."""
+    from benchmarks.caption_latency import FRONTENDS
+    from server.app import ASR_DEFAULTS
+
+    for name, flags in FRONTENDS.items():
+        if name == "default":  # the server's defaults, whatever they are
+            assert flags == ""
+            continue
+        given = [f for f in flags.split() if f.startswith("--")]
+        assert len(given) == len(set(given)) == len(ASR_DEFAULTS), (name, given)
