@@ -229,10 +229,11 @@ def table(payload: dict[str, Any]) -> str:
         f"1500 ms) on {m['cpu']} ({m['cores']} cores), {m['date']}. `python benchmarks/latency_f1.py --audio "
         "../shared/data/audio --timelines ../timelines`.",
     ]
-    if "kept" in payload:
-        kept = payload["kept"]
-        names = ", ".join(f"`{n}`" for n in kept["frontends"])
-        lines[-1] += f" {names}: replayed on {kept['date']} with the default model of that day (`--keep`)."
+    by_date: dict[str, list[str]] = {}
+    for name, date in payload.get("kept", {}).get("frontends", {}).items():
+        by_date.setdefault(date, []).append(f"`{name}`")
+    for date, names in sorted(by_date.items()):
+        lines[-1] += f" {', '.join(names)}: replayed on {date} with the default model of that day (`--keep`)."
     return "\n".join(lines)
 
 
@@ -271,11 +272,13 @@ def main() -> None:
         replayed = {r["frontend"] for r in payload["pipeline"]}
         earlier = json.loads(Path(args.keep).read_text())
         kept = [r for r in earlier["pipeline"] if r["frontend"] not in replayed]
-        names = sorted({r["frontend"] for r in kept})
-        before = earlier.get("kept", {})  # front ends that run kept in turn: their own date
-        same = set(names) <= set(before.get("frontends", []))
+        before = earlier.get("kept", {}).get("frontends", {})  # those that run kept in turn: their own date
+        if isinstance(before, list):  # written before each kept front end had its own date
+            before = dict.fromkeys(before, earlier["kept"]["date"])
         payload["pipeline"] = kept + payload["pipeline"]
-        payload["kept"] = {"frontends": names, "date": before["date"] if same else earlier["machine"]["date"]}
+        payload["kept"] = {
+            "frontends": {r["frontend"]: before.get(r["frontend"], earlier["machine"]["date"]) for r in kept}
+        }
     out = Path(args.out) if args.out else (Path(tempfile.mkdtemp()) if args.quick else RESULTS)
     out.mkdir(parents=True, exist_ok=True)
     (out / "latency_f1.json").write_text(json.dumps(payload, indent=2) + "\n")
