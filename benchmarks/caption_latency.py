@@ -57,15 +57,18 @@ def _flags(
     prompt: str = "on",
     pad: str = "off",
     settle: str = "off",
+    settle_unsure: str = "off",
 ) -> str:
     """A front end's ``serve`` flags, every one given, so that a front end stays what it was measured
     as when the server's defaults change; ``pad`` and ``settle`` came on 2026-11-25 (off: a 30 s
-    encoder window and no settling, as before them)."""
+    encoder window and no settling, as before them), ``settle_unsure`` the same evening (off: an
+    unsure word settles as a sure one)."""
     flags = f"--asr-chunk-s {chunk} --asr-buffer-s {buffer} --asr-confident {confident} "
     flags += f"--asr-end-of-speech-s {end_of_speech}"
     flags += f" --provisional-lookahead {lookahead}"
     flags += f" --asr-prompt {prompt}"
-    return flags + f" --asr-encoder-pad-s {pad} --asr-settle-after-s {settle}"
+    flags += f" --asr-encoder-pad-s {pad} --asr-settle-after-s {settle}"
+    return flags + f" --asr-settle-unsure-after-s {settle_unsure}"
 
 
 # Front-end settings: the server's flags. "today" is the front end before issue 19; "today", "fast",
@@ -82,6 +85,9 @@ FRONTENDS: dict[str, str] = {
     "short-next": _flags(prompt="off", pad="4", settle="1"),
     "short-next-0.3": _flags(chunk="0.3", prompt="off", pad="4", settle="1"),
     "pad12": _flags(prompt="off", pad="12", settle="1"),
+    "pad12-settle2": _flags(prompt="off", pad="12", settle="2"),
+    "pad12-no-settle": _flags(prompt="off", pad="12", settle="off"),
+    "unsure2": _flags(prompt="off", pad="12", settle="1", settle_unsure="2"),
     "live": _flags(buffer="6", confident="0.7"),
     "live-agree": _flags(buffer="6"),
 }

@@ -28,12 +28,12 @@ carries the reference punctuation, as a speaker's does, for every system alike.
 For each recording, ``record`` runs (a) streampunct's live path up to the punctuator: the
 streaming recogniser (``streampunct.asr.StreamingRecognizer``, tiny.en) with the server's settings
 (``server.app.asr_options()``: a pass once 0.5 s of new audio waits, the encoder on the buffer and
-12 s, LocalAgreement with settling after 1 s and the end-of-speech commit, no prompt unless
-``--asr-prompt on``) fed CHUNK_S chunks on a simulated clock (the clock is the audio fed so far:
-real-time speed with instant compute; deterministic, nothing sleeps). A pass runs whenever the
-recogniser is ready, as the server's AsrSession does. ``sentence_end()`` is never called, so the
-buffer is trimmed only past 25 s at the last committed word and the recogniser's words do not
-depend on the punctuator (live, streampunct's periods trim it sooner). Every pass's committed
+12 s, LocalAgreement with settling after 1 s (2 s for an unsure word) and the end-of-speech commit,
+no prompt unless ``--asr-prompt on``) fed CHUNK_S chunks on a simulated clock (the clock is the
+audio fed so far: real-time speed with instant compute; deterministic, nothing sleeps). A pass
+runs whenever the recogniser is ready, as the server's AsrSession does. ``sentence_end()`` is never
+called, so the buffer is trimmed only past 25 s at the last committed word and the recogniser's
+words do not depend on the punctuator (live, streampunct's periods trim it sooner). Every pass's committed
 words are kept with the clock and its provisional words, then the words of ``finish()``; the
 settings are kept too (``front_end``), and a recording streamed with other settings is streamed
 again. (b) faster-whisper offline with its own punctuation (beam 5, word timestamps) with tiny.en

@@ -66,6 +66,7 @@ ASR_DEFAULTS: dict[str, Any] = {
     "confident": None,
     "end_of_speech_s": 0.5,
     "settle_after_s": 1.0,
+    "settle_unsure_after_s": 2.0,
     "encoder_pad_s": 12.0,
     "prompt": "off",
     "provisional_lookahead": "on",
@@ -780,6 +781,7 @@ def asr_options(
     end_of_speech_s: float | None = ASR_DEFAULTS["end_of_speech_s"],
     prompt: str = ASR_DEFAULTS["prompt"],
     settle_after_s: float | None = ASR_DEFAULTS["settle_after_s"],
+    settle_unsure_after_s: float | None = ASR_DEFAULTS["settle_unsure_after_s"],
     encoder_pad_s: float | None = ASR_DEFAULTS["encoder_pad_s"],
 ) -> dict[str, Any]:
     """StreamingRecognizer's settings from the server's ``--asr-*`` flags."""
@@ -791,6 +793,7 @@ def asr_options(
         "end_of_speech_s": end_of_speech_s,
         "prompt": prompt == "on",
         "settle_after_s": settle_after_s,
+        "settle_unsure_after_s": settle_unsure_after_s,
         "encoder_pad_s": encoder_pad_s,
     }
 
@@ -848,6 +851,13 @@ def main(argv: list[str] | None = None) -> int:
         default=ASR_DEFAULTS["settle_after_s"],
         help="audio (s) heard after a word that commits it even where two passes disagree on it (or off; "
         "default %(default)s)",
+    )
+    ap.add_argument(
+        "--asr-settle-unsure-after-s",
+        type=number_or_off,
+        default=ASR_DEFAULTS["settle_unsure_after_s"],
+        help="the same for a word the recogniser gives a probability under 0.5 (or off: as "
+        "--asr-settle-after-s; default %(default)s)",
     )
     ap.add_argument(
         "--asr-encoder-pad-s",
@@ -911,6 +921,7 @@ def main(argv: list[str] | None = None) -> int:
                 end_of_speech_s=args.asr_end_of_speech_s,
                 prompt=args.asr_prompt,
                 settle_after_s=args.asr_settle_after_s,
+                settle_unsure_after_s=args.asr_settle_unsure_after_s,
                 encoder_pad_s=args.asr_encoder_pad_s,
             )
             app = App(

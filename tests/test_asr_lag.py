@@ -183,6 +183,34 @@ def test_a_word_the_passes_disagree_on_is_settled_once_enough_audio_follows_it()
     assert len(waits.finish()) == 20
 
 
+class UnsureOfOddWords(NeverAgrees):
+    """As NeverAgrees, and the recogniser is unsure (probability 0.3) of every odd word."""
+
+    def transcribe(self, audio: np.ndarray, **options):
+        segments, info = super().transcribe(audio, **options)
+        for w in segments[0].words:
+            w.probability = 0.3 if int(w.word.strip()[1:-1]) % 2 else 0.9
+        return segments, info
+
+
+@pytest.mark.parametrize("unsure_after_s", [None, 2.0, 3.5])
+def test_an_unsure_word_settles_later_and_the_words_after_it_wait_for_it(unsure_after_s):
+    """With ``settle_unsure_after_s`` a word under UNSURE_BELOW settles only once that much audio
+    follows it (None: as a sure word), and no word is committed before the words ahead of it."""
+    rec = StreamingRecognizer(
+        UnsureOfOddWords(), min_chunk_s=0.5, settle_after_s=1.0, settle_unsure_after_s=unsure_after_s
+    )
+    after = [1.0 if k % 2 == 0 or unsure_after_s is None else unsure_after_s for k in range(20)]
+    ready = np.maximum.accumulate([0.5 * k + 0.4 + a for k, a in enumerate(after)])  # in order
+    committed = []
+    for step in range(20):
+        rec.feed(speech(step / 2, step / 2 + 0.5))
+        committed += rec.process().committed
+        assert len(committed) == sum(r <= step / 2 + 0.5 for r in ready)
+    committed += rec.finish()
+    assert [int(w.text[1:-1]) for w in committed] == list(range(20))
+
+
 @pytest.mark.parametrize("settle_after_s", [0.3, 1.0, 2.5])
 def test_settling_loses_and_repeats_nothing(settle_after_s):
     rec, committed = simulate(pass_s=0.3, seconds=30, settle_after_s=settle_after_s, min_chunk_s=0.5)
