@@ -33,12 +33,12 @@ no prompt unless ``--asr-prompt on``) fed CHUNK_S chunks on a simulated clock (t
 audio fed so far: real-time speed with instant compute; deterministic, nothing sleeps). A pass
 runs whenever the recogniser is ready, as the server's AsrSession does. ``sentence_end()`` is never
 called, so the buffer is trimmed only past 25 s at the last committed word and the recogniser's
-words do not depend on the punctuator (live, streampunct's periods trim it sooner). Every pass's committed
-words are kept with the clock and its provisional words, then the words of ``finish()``; the
-settings are kept too (``front_end``), and a recording streamed with other settings is streamed
-again. (b) faster-whisper offline with its own punctuation (beam 5, word timestamps) with tiny.en
-and base. All of it is JSON in --cache, one file per recording; a step already there is not run
-again (``--force`` reruns).
+words do not depend on the punctuator (live, streampunct's periods trim it sooner). Every pass's
+committed words are kept with the clock and its provisional words, then the words of
+``finish()``; the settings are kept too (``front_end``), and a recording streamed with other
+settings is streamed again. (b) faster-whisper offline with its own punctuation (beam 5, word
+timestamps) with tiny.en and base. All of it is JSON in --cache, one file per recording; a step
+already there is not run again (``--force`` reruns).
 
 ``score`` replays each recording's committed batches into a fresh ``PunctStream`` per
 configuration (model x lookahead x pauses; ``push(words, now=clock, tentative=provisional)``, as

@@ -161,9 +161,7 @@ class LocalAgreement:
         if word.end is None:
             return False
         # never within margin_s of the end of the audio heard: a word cut there is heard again
-        settle = self.settle_after_s
-        if settle is not None and self.settle_unsure_after_s is not None and probability < UNSURE_BELOW:
-            settle = self.settle_unsure_after_s
+        settle = self._settle_after(probability)
         if settle is not None and word.end <= heard_until - max(settle, self.margin_s):
             return True
         return (
@@ -171,6 +169,12 @@ class LocalAgreement:
             and probability >= self.confident
             and word.end <= heard_until - self.margin_s
         )
+
+    def _settle_after(self, probability: float) -> float | None:
+        """The audio after a word that settles it, by how sure the recogniser is of it."""
+        if probability < UNSURE_BELOW and self.settle_unsure_after_s is not None:
+            return self.settle_unsure_after_s
+        return self.settle_after_s
 
     def settle(self) -> list[Word]:
         """Commit the whole last hypothesis as it stands (the end of speech, or of the stream)."""
@@ -258,8 +262,8 @@ class StreamingRecognizer:
         end_of_speech_s: float | None = None,
         prompt: bool = False,
         settle_after_s: float | None = None,
-        encoder_pad_s: float | None = None,
         settle_unsure_after_s: float | None = None,
+        encoder_pad_s: float | None = None,
     ):
         if max_lag_s is not None and not 0 <= resume_s < max_lag_s:
             raise StreamPunctError(f"resume_s must be from 0 to max_lag_s ({max_lag_s}), got {resume_s}")
@@ -275,8 +279,8 @@ class StreamingRecognizer:
         self.end_of_speech_s = end_of_speech_s  # silence after the hypothesis that commits it (None: off)
         self.prompt = prompt  # Whisper sees the committed text before its buffer
         self.settle_after_s = settle_after_s  # audio after a word that commits it unagreed (None: off)
-        self.encoder_pad_s = encoder_pad_s  # the encoder reads the buffer and this much (None: 30 s)
         self.settle_unsure_after_s = settle_unsure_after_s  # the same for an unsure word (None: as sure)
+        self.encoder_pad_s = encoder_pad_s  # the encoder reads the buffer and this much (None: 30 s)
         self.audio = np.zeros(0, dtype=np.float32)  # the buffer that is transcribed
         self.offset = 0.0  # stream time of the buffer's first sample
         self.waiting: list[np.ndarray] = []  # audio fed after the buffer, not transcribed yet
