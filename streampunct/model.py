@@ -30,7 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .errors import CheckpointError, InputError
-from .prosody import MARK_FEATURES, N_FEATURES, PauseFusion
+from .prosody import PauseFusion, n_features
 
 __all__ = ["ModelConfig", "PunctModel", "layer_lookaheads", "window_limit"]
 
@@ -84,6 +84,9 @@ class ModelConfig:
     pause_hidden: int = 0
     # Whether that network also reads the mark each word arrived with (the recogniser's own).
     pause_marks: bool = False
+    # Whether it also reads a sentence-end mark followed by a word in lower case (a streamed
+    # recogniser's mid-sentence period that a later pass went on from).
+    pause_continued: bool = False
 
     @classmethod
     def read(cls, directory: str | Path) -> ModelConfig:
@@ -250,7 +253,7 @@ class PunctModel(nn.Module):
             self.fusion = Layer(replace(cfg, n_embd=width, n_head=cfg.fusion_heads, n_inner=2 * width))
         self.head = Linear(width, cfg.n_labels)
         self.pause_fusion = (
-            PauseFusion(cfg.n_labels, cfg.pause_hidden, N_FEATURES + MARK_FEATURES * cfg.pause_marks)
+            PauseFusion(cfg.n_labels, cfg.pause_hidden, n_features(cfg.pause_marks, cfg.pause_continued))
             if cfg.pause_hidden
             else None
         )

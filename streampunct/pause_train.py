@@ -50,6 +50,7 @@ class PauseTrainConfig:
     shuffled: float = 0.15
     marks: bool = True
     unmarked: float = 0.2
+    continued: bool = True
     hidden: int = 32
     epochs: int = 30
     lr: float = 3e-3
@@ -70,6 +71,7 @@ class PauseTrainConfig:
         "shuffled": "share of segments whose pauses say nothing (marks shuffled)",
         "marks": "also learn from the marks the recogniser wrote (Whisper's own)",
         "unmarked": "share of segments whose recogniser writes no marks",
+        "continued": "also learn from a sentence-end mark the recogniser went on from in lower case",
         "hidden": "width of the fusion's hidden layer",
         "engine": "the engine whose logits the fusion corrects",
     }
@@ -89,7 +91,7 @@ def _rows(model, pieces, segments, cfg, rng):
         for k in cfg.lookaheads:
             ahead = [None if k is None else min(k, n - 1 - t) for t in range(n)]
             rows = token_logits(model, pieces, tokens, k, engine=cfg.engine)
-            features = token_features(words, list(range(n)), ahead, cfg.marks)
+            features = token_features(words, list(range(n)), ahead, cfg.marks, cfg.continued)
             logits.append(rows)
             feats.append(torch.tensor(features, dtype=torch.float32))
             slots.append(torch.tensor([ahead_slot(a) for a in ahead]))
@@ -174,7 +176,9 @@ def train_pauses(cfg: PauseTrainConfig) -> dict:
     for f in Path(cfg.model).iterdir():
         if f.is_file() and f.name not in ("model.safetensors", "config.json"):
             shutil.copy(f, out / f.name)
-    timed = PunctModel(replace(model.cfg, pause_hidden=cfg.hidden, pause_marks=cfg.marks))
+    timed = PunctModel(
+        replace(model.cfg, pause_hidden=cfg.hidden, pause_marks=cfg.marks, pause_continued=cfg.continued)
+    )
     timed.load_state_dict(
         {**model.state_dict(), **{f"pause_fusion.{k}": v for k, v in fusion.state_dict().items()}}
     )

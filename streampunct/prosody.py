@@ -18,6 +18,10 @@ writes "Yeah." and "so," with marks that are precise where it sets them but that
 out (in a live stream it may stop punctuating for minutes). The mark a word arrived with is three
 more features on its last token; it is known when the word arrives, so it counts at k=0 too. A
 recogniser that writes no marks gives zeros, which the fusion has learnt as "no evidence".
+A streamed recogniser also writes periods where a window of audio ends or its speaker pauses
+mid-sentence, and a later pass goes on with the sentence in lower case ("concerned. differs"):
+``pause_continued`` adds one more feature, a sentence-end mark followed by a word that starts in
+lower case, known once the decision sees the word after (k >= 1).
 
 Training (:mod:`streampunct.pause_train`): the text model stays frozen; the fusion learns from
 its logits over text whose words carry times from a pause model (:func:`synthetic_times`) fitted
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -39,6 +44,7 @@ from .types import Word
 __all__ = [
     "N_FEATURES",
     "MARK_FEATURES",
+    "n_features",
     "AHEAD_SLOTS",
     "pause_features",
     "PauseFusion",
@@ -48,7 +54,18 @@ __all__ = [
 
 N_FEATURES = 6  # pauses and duration
 MARK_FEATURES = 3  # the recogniser's own COMMA, PERIOD, QUESTION
+SENTENCE_ENDS = ("PERIOD", "QUESTION")
 AHEAD_SLOTS = 5  # the lookahead a decision had: 0, 1, 2, 3 or more, offline
+
+
+def n_features(marks: bool, continued: bool) -> int:
+    """How many features a token has: pauses, then the marks, then the continuation."""
+    return N_FEATURES + MARK_FEATURES * marks + continued
+
+
+def starts_lower(text: str) -> bool:
+    """Whether a word as the recogniser wrote it starts in lower case ("differs", not "I" or "2006")."""
+    return next((c for c in text if c.isalpha()), "A").islower()
 
 
 def _pause(end: float | None, start: float | None) -> tuple[float, float]:
@@ -65,6 +82,7 @@ def pause_features(
     last_of_word: bool,
     first_of_word: bool,
     marks: bool = False,
+    continued: bool = False,
 ) -> list[float] | None:
     """The pause evidence of one token, or None when its word has no times.
 
@@ -72,6 +90,8 @@ def pause_features(
     when the decision may see it (None: not seen yet). A token inside a word ("do" of "don't") has
     no pause after it; its word's pause is on the word's last token. ``marks``: add the one-hot
     mark the word was written with (on its last token; zeros for none and inside a word).
+    ``continued``: add whether that mark ends a sentence and ``after`` starts in lower case (the
+    recogniser went on with the sentence; 0 while ``after`` is not seen).
     """
     if word.start is None or word.end is None:
         return None
@@ -90,9 +110,11 @@ def pause_features(
         max(-2.0, min(2.0, stretch)),
         float(last_of_word),
     ]
+    own = mark_of(word.text) if last_of_word else "O"
     if marks:
-        own = mark_of(word.text) if last_of_word else "O"
         features += [float(own == label) for label in LABELS[1:]]
+    if continued:
+        features.append(float(own in SENTENCE_ENDS and after is not None and starts_lower(after.text)))
     return features
 
 
@@ -133,7 +155,11 @@ class PauseFusion(nn.Module):
 
 
 def token_features(
-    words: Sequence[Word], token_words: Sequence[int], ahead: Sequence[int | None], marks: bool = False
+    words: Sequence[Word],
+    token_words: Sequence[int],
+    ahead: Sequence[int | None],
+    marks: bool = False,
+    continued: bool = False,
 ) -> list[list[float] | None]:
     """The features of every token of a whole text (``token_words[t]``: token t's word), each
     decided with ``ahead[t]`` tokens after it (None: offline), as a stream would see it."""
@@ -147,7 +173,7 @@ def token_features(
         seen = n - 1 - t if k is None else k
         after = words[token_words[t + 1]] if last and seen >= 1 and t + 1 < n else None
         before = words[w - 1] if first and w > 0 else None
-        out.append(pause_features(words[w], before, after, last, first, marks))
+        out.append(pause_features(words[w], before, after, last, first, marks, continued))
     return out
 
 
@@ -205,6 +231,11 @@ OWN_MARK_RATES = {
 }
 PAUSE_MARK_RATES = {"PERIOD": 0.45, "COMMA": 0.05}  # after a word with the reference's O and a long pause
 MARK_RECALL = (0.5, 1.0)  # the per-text recall factor's range
+# The chance that the word after a streamed sentence-end mark starts with a capital, by the
+# reference mark of the word before: a period at a sentence end is followed by a capital; one a
+# streamed recogniser wrote at a comma or mid-sentence mostly by a word a later pass wrote in
+# lower case, going on with the sentence. Measured on the same held-out call.
+CAPITAL_AFTER = {"O": 0.14, "COMMA": 0.33, "PERIOD": 0.95, "QUESTION": 0.95}
 
 
 def synthetic_marks(
@@ -213,7 +244,8 @@ def synthetic_marks(
     """Timed words with the marks a recogniser might have written: none at all for a share
     ``unmarked`` of texts (a recogniser that does not punctuate); else each reference mark kept,
     changed or left out by :data:`OWN_MARK_RATES` times a recall factor drawn per text, and some
-    plain words before a pause of over 0.3 s marked (:data:`PAUSE_MARK_RATES`)."""
+    plain words before a pause of over 0.3 s marked (:data:`PAUSE_MARK_RATES`); the word after a
+    sentence-end mark capitalised or not by :data:`CAPITAL_AFTER`."""
     if rng.random() < unmarked:
         return list(words)
     recall = float(rng.uniform(*MARK_RECALL))
@@ -236,4 +268,9 @@ def synthetic_marks(
                 break
             draw -= rate * recall
         out.append(Word(word.text + MARKS[own], word.start, word.end))
+    for i in range(1, len(out)):  # the case of the word after a sentence end, as a later pass writes it
+        if mark_of(out[i - 1].text) in SENTENCE_ENDS:
+            capital = out[i].text == "i" or rng.random() < CAPITAL_AFTER[labels[i - 1]]
+            text = out[i].text
+            out[i] = replace(out[i], text=(text[:1].upper() if capital else text[:1].lower()) + text[1:])
     return out

@@ -187,7 +187,8 @@ class Punctuator:
         if words is not None and self.model.pause_fusion is not None:
             n = len(tokens)
             ahead = [None if lookahead is None else min(lookahead, n - 1 - t) for t in range(n)]
-            features = token_features(words, source, ahead, self.model.cfg.pause_marks)
+            cfg = self.model.cfg
+            features = token_features(words, source, ahead, cfg.pause_marks, cfg.pause_continued)
             logits = torch.stack(
                 [self.model.with_pauses(row, f, a) for row, f, a in zip(logits, features, ahead)]
             )

@@ -308,7 +308,8 @@ class PunctStream:
             after = self._word_of(t + 1) if last and ahead >= 1 else None
             before = self._words[w - 1 - self._word_base] if first and w > 0 else None
             word = self._words[w - self._word_base]
-            features = pause_features(word, before, after, last, first, self._model.cfg.pause_marks)
+            cfg = self._model.cfg
+            features = pause_features(word, before, after, last, first, cfg.pause_marks, cfg.pause_continued)
             logits = self._model.with_pauses(logits, features, ahead)
         return int(logits.argmax())
 

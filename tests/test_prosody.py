@@ -4,6 +4,7 @@ for streams and predict()."""
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -31,23 +32,26 @@ TEXT = "so i think we should go now yeah okay what do you think don't you agree 
 
 
 @functools.cache
-def timed_model(marks: bool = False) -> Punctuator:
+def timed_model(marks: bool = False, continued: bool = False) -> Punctuator:
     """A random model with pause fusion whose correction is large, so that pauses change labels;
-    with ``marks``, the fusion also reads the recogniser's own marks."""
+    with ``marks``, the fusion also reads the recogniser's own marks (and with ``continued``, a
+    sentence-end mark followed by a word in lower case)."""
     torch.manual_seed(1)
     shape = dict(n_layer=2, n_head=2, n_embd=32, n_inner=64, block=4, context=6, dropout=0.0)
-    cfg = ModelConfig(**shape, pause_hidden=8, pause_marks=marks)
+    cfg = ModelConfig(**shape, pause_hidden=8, pause_marks=marks, pause_continued=continued)
     model = PunctModel(cfg).eval()
     with torch.no_grad():
         model.pause_fusion.out.weight.normal_(0, 3.0)
     return Punctuator(model, WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", cfg.max_pieces))
 
 
-def timed(words, gaps, marks=None) -> list[Word]:
+def timed(words, gaps, marks=None, capitals=None) -> list[Word]:
     out, clock = [], 0.0
-    for w, gap, mark in zip(words, gaps, marks or [""] * len(words)):
+    for w, gap, mark, capital in zip(
+        words, gaps, marks or [""] * len(words), capitals or [False] * len(words)
+    ):
         clock += gap
-        out.append(Word(w + mark, round(clock, 3), round(clock + 0.25, 3)))
+        out.append(Word((w.capitalize() if capital else w) + mark, round(clock, 3), round(clock + 0.25, 3)))
         clock += 0.25
     return out
 
@@ -80,6 +84,27 @@ def test_the_recognisers_own_mark_is_a_feature_of_the_words_last_token():
         Word("don't.", 0.3, 0.6), a, c, last_of_word=False, first_of_word=True, marks=True
     )
     assert inside[N_FEATURES:] == [0, 0, 0]  # "do" of "don't.": the mark is after "n't"
+
+
+def test_a_sentence_end_the_recogniser_went_on_from_in_lower_case_is_a_feature_once_seen():
+    before, word = Word("so", 0.0, 0.2), Word("concerned.", 0.3, 0.6)
+    width = N_FEATURES + MARK_FEATURES + 1
+    for own, after, expected in [
+        ("concerned.", Word("differs", 0.7, 1.0), 1.0),  # a later pass went on with the sentence
+        ("concerned?", Word("and", 0.7, 1.0), 1.0),
+        ("concerned.", Word("Printing", 0.7, 1.0), 0.0),  # a new sentence
+        ("concerned.", Word("I", 0.7, 1.0), 0.0),
+        ("concerned.", Word("2006", 0.7, 1.0), 0.0),
+        ("concerned,", Word("differs", 0.7, 1.0), 0.0),  # not a sentence end
+        ("concerned", Word("differs", 0.7, 1.0), 0.0),
+        ("concerned.", None, 0.0),  # k=0: the word after is not seen yet
+    ]:
+        features = pause_features(
+            replace(word, text=own), before, after, True, True, marks=True, continued=True
+        )
+        assert len(features) == width and features[-1] == expected, (own, after)
+    inside = pause_features(Word("don't.", 0.3, 0.6), before, Word("go", 0.7, 0.9), False, True, True, True)
+    assert inside[-1] == 0.0  # "do" of "don't.": the mark is after "n't"
 
 
 def test_marks_count_at_k0_and_can_be_turned_off():
@@ -128,13 +153,17 @@ def test_pauses_change_decisions_and_can_be_turned_off():
     gaps=st.lists(st.sampled_from([0.0, 0.05, 0.2, 0.7, 2.0]), min_size=len(TEXT), max_size=len(TEXT)),
     marks=st.none()
     | st.lists(st.sampled_from(["", "", ".", ",", "?", "!"]), min_size=len(TEXT), max_size=len(TEXT)),
+    capitals=st.lists(st.booleans(), min_size=len(TEXT), max_size=len(TEXT)),
+    continued=st.booleans(),
     k=st.sampled_from([0, 1, 2, 4]),
     engine=st.sampled_from(["masked", "window"]),
     cut=st.integers(0, len(TEXT) - 1),
 )
-def test_a_stream_decides_as_predict_does_and_within_its_lookahead(gaps, marks, k, engine, cut):
-    p = timed_model(marks=marks is not None)
-    words = timed(TEXT, gaps, marks)
+def test_a_stream_decides_as_predict_does_and_within_its_lookahead(
+    gaps, marks, capitals, continued, k, engine, cut
+):
+    p = timed_model(marks=marks is not None, continued=marks is not None and continued)
+    words = timed(TEXT, gaps, marks, capitals)
     s = p.stream(lookahead=k, engine=engine)
     finals = {}
     for i in range(0, len(words), 3):
@@ -147,7 +176,7 @@ def test_a_stream_decides_as_predict_does_and_within_its_lookahead(gaps, marks, 
     assert [finals[i] for i in range(len(words))] == p.predict(words, k, engine)
     # The bound: moving the words more than k tokens after a word changes nothing of its label.
     later = words[: cut + k + 1] + [
-        Word(w.text + "?", w.start + 5.0, w.end + 5.0) for w in words[cut + k + 1 :]
+        Word(w.text.swapcase() + "?", w.start + 5.0, w.end + 5.0) for w in words[cut + k + 1 :]
     ]
     assert p.predict(later, k, engine)[cut] == p.predict(words, k, engine)[cut]
 
@@ -174,6 +203,7 @@ def test_synthetic_marks_are_a_streamed_recognisers_periods_at_commas_too():
     rng = np.random.default_rng(0)
     labels = ["O", "O", "COMMA", "O", "PERIOD", "O", "QUESTION"] * 30
     own: dict[str, list[str]] = {lab: [] for lab in set(labels)}
+    capital_after: dict[str, list[bool]] = {lab: [] for lab in set(labels)}  # after an own sentence end
     unmarked = 0
     for _ in range(200):
         words = synthetic_marks(synthetic_times(["word"] * len(labels), labels, rng), labels, rng)
@@ -181,6 +211,12 @@ def test_synthetic_marks_are_a_streamed_recognisers_periods_at_commas_too():
         unmarked += all(m == "O" for m in marks)
         for lab, m in zip(labels, marks):
             own[lab].append(m)
+        for lab, m, nxt in zip(labels, marks, words[1:]):
+            if m in ("PERIOD", "QUESTION"):
+                capital_after[lab].append(nxt.text[0].isupper())
+        assert not any(
+            w.text[0].isupper() for w, m in zip(words[1:], marks) if m not in ("PERIOD", "QUESTION")
+        )
         assert [w.start for w in words] == sorted(w.start for w in words)
     assert 20 <= unmarked <= 60  # a fifth of the recognisers write none
     share = {lab: {m: marks.count(m) / len(marks) for m in set(marks)} for lab, marks in own.items()}
@@ -188,6 +224,8 @@ def test_synthetic_marks_are_a_streamed_recognisers_periods_at_commas_too():
     assert share["O"]["O"] > 0.9 and share["O"]["PERIOD"] > share["O"]["COMMA"]
     # a streamed Whisper's commonest error: a period where the reference has a comma
     assert share["COMMA"]["PERIOD"] > 3 * share["COMMA"]["COMMA"]
+    # after its period at a sentence end a later pass starts a sentence; after one mid-sentence, not
+    assert np.mean(capital_after["PERIOD"]) > 0.8 and np.mean(capital_after["O"]) < 0.2
 
 
 def test_offsets_per_lookahead_are_tuned_for_f1():

@@ -262,7 +262,10 @@ class StreamMachine(RuleBasedStateMachine):
         t, ahead = mine[-1], len(tokens) - 1 - mine[-1]
         engine = make_engine(self.p.model, self.engine, self.k)
         logits = engine.window_logits(self.p.pieces.encode(tokens), t, ahead)
-        features = token_features(list(seen), source, [ahead] * len(tokens), self.p.model.cfg.pause_marks)[t]
+        cfg = self.p.model.cfg
+        features = token_features(
+            list(seen), source, [ahead] * len(tokens), cfg.pause_marks, cfg.pause_continued
+        )[t]
         return LABELS[int(self.p.model.with_pauses(logits, features, ahead).argmax())]
 
 
