@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from .calibrate import tune_offsets
 from .engines import token_logits
+from .errors import InputError
 from .metrics import score
 from .model import PunctModel
 from .pieces import WordPieces
@@ -120,6 +121,14 @@ def _f1(pred: torch.Tensor, gold: torch.Tensor) -> float:
 
 def train_pauses(cfg: PauseTrainConfig) -> dict:
     """Train and save; returns the report (also ``<out>/pauses.json``)."""
+    # without the recogniser's marks there is no sentence end for it to go on from
+    cfg = replace(cfg, continued=cfg.continued and cfg.marks)
+    n_dev = int(cfg.segments * cfg.dev_share)
+    if not 0 < n_dev < cfg.segments:
+        raise InputError(
+            f"{cfg.segments} segments with dev_share {cfg.dev_share} leave {n_dev} for dev and "
+            f"{cfg.segments - n_dev} for training: both need at least one"
+        )
     t0 = time.time()
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
@@ -134,7 +143,6 @@ def train_pauses(cfg: PauseTrainConfig) -> dict:
         segments.append(
             (tokens[start : start + cfg.segment_words], labels[start : start + cfg.segment_words])
         )
-    n_dev = int(cfg.segments * cfg.dev_share)
     dev = _rows(model, pieces, segments[:n_dev], cfg, rng)
     train = _rows(model, pieces, segments[n_dev:], cfg, rng)
     print(f"{len(train[0]):,} training rows, {len(dev[0]):,} dev rows, made in {time.time() - t0:.0f}s")

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
 from streampunct import Punctuator
+from streampunct.errors import InputError
 from streampunct.model import ModelConfig, PunctModel
 from streampunct.pieces import WordPieces
 from streampunct.prosody import (
@@ -243,3 +244,26 @@ def test_offsets_per_lookahead_are_tuned_for_f1():
     tune_offsets_per_slot(fusion, logits, features, slots, gold)
     assert (fusion(logits, features, slots).argmax(-1) == gold).all()
     assert fusion.offsets[1:4].abs().sum() == 0  # no rows of those lookaheads: left alone
+
+
+@pytest.mark.parametrize("marks", [True, False])
+def test_train_pauses_reads_the_continuation_only_with_the_recognisers_marks(tmp_path, marks):
+    from streampunct.pause_train import PauseTrainConfig, train_pauses
+
+    torch.manual_seed(0)
+    shape = dict(n_layer=1, n_head=2, n_embd=16, n_inner=32, block=4, context=6, dropout=0.0)
+    PunctModel(ModelConfig(**shape)).save(tmp_path / "text")
+    (tmp_path / "text" / "vocab.txt").write_bytes((DEFAULT_CHECKPOINT / "vocab.txt").read_bytes())
+    labels = ["O", "O", "COMMA", "O", "O", "PERIOD", "O", "QUESTION"] * 10
+    (tmp_path / "train.tsv").write_text("".join(f"{w}\t{lab}\n" for w, lab in zip(TEXT * 4, labels)))
+    cfg = PauseTrainConfig(
+        str(tmp_path / "text"), (str(tmp_path / "train.tsv"),), str(tmp_path / "out"),
+        segments=5, segment_words=30, epochs=1, marks=marks, continued=True,
+    )  # fmt: skip
+    with pytest.raises(InputError, match="both need at least one"):
+        train_pauses(replace(cfg, segments=4))  # a fifth of 4 segments is none for dev
+    train_pauses(cfg)
+    trained = Punctuator.load(tmp_path / "out", device="cpu")
+    assert trained.model.cfg.pause_marks == marks and trained.model.cfg.pause_continued == marks
+    words = timed(TEXT, [0.1] * len(TEXT), [".", ""] * 10)
+    assert len(trained.predict(words, 2)) == len(TEXT)  # the fusion's width matches its features
