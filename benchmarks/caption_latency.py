@@ -58,23 +58,26 @@ def _flags(
     pad: str = "off",
     settle: str = "off",
     settle_unsure: str = "off",
+    context: str = "off",
 ) -> str:
     """A front end's ``serve`` flags, every one given, so that a front end stays what it was measured
     as when the server's defaults change; ``pad`` and ``settle`` came on 2026-11-25 (off: a 30 s
     encoder window and no settling, as before them), ``settle_unsure`` the same evening (off: an
-    unsure word settles as a sure one)."""
+    unsure word settles as a sure one), ``context`` on 2026-11-26 (off: a word may be committed
+    from a pass that heard nothing after it)."""
     flags = f"--asr-chunk-s {chunk} --asr-buffer-s {buffer} --asr-confident {confident} "
     flags += f"--asr-end-of-speech-s {end_of_speech}"
     flags += f" --provisional-lookahead {lookahead}"
     flags += f" --asr-prompt {prompt}"
     flags += f" --asr-encoder-pad-s {pad} --asr-settle-after-s {settle}"
-    return flags + f" --asr-settle-unsure-after-s {settle_unsure}"
+    flags += f" --asr-settle-unsure-after-s {settle_unsure}"
+    return flags + f" --asr-context-s {context}"
 
 
 # Front-end settings: the server's flags. "today" is the front end before issue 19; "today", "fast",
 # "next" and "live" were measured with the recogniser's prompt on (the server's default then), and
-# keep it. "no-prompt" was the shipped default from 2026-11-24, "short-next" is the default since
-# 2026-11-25 (docs/latency.md).
+# keep it. "no-prompt" was the shipped default from 2026-11-24, "short-next" from 2026-11-25,
+# "unsure2" from that evening, "held" since 2026-11-26 (docs/latency.md).
 FRONTENDS: dict[str, str] = {
     "today": _flags(chunk="1", end_of_speech="off", lookahead="off"),
     "default": "",  # the server's defaults (server/app.py, ASR_DEFAULTS)
@@ -88,6 +91,7 @@ FRONTENDS: dict[str, str] = {
     "pad12-settle2": _flags(prompt="off", pad="12", settle="2"),
     "pad12-no-settle": _flags(prompt="off", pad="12", settle="off"),
     "unsure2": _flags(prompt="off", pad="12", settle="1", settle_unsure="2"),
+    "held": _flags(prompt="off", pad="12", settle="1", settle_unsure="2", context="0.5"),
     "live": _flags(buffer="6", confident="0.7"),
     "live-agree": _flags(buffer="6"),
 }

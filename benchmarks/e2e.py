@@ -29,7 +29,7 @@ For each recording, ``record`` runs (a) streampunct's live path up to the punctu
 streaming recogniser (``streampunct.asr.StreamingRecognizer``, tiny.en) with the server's settings
 (``server.app.asr_options()``: a pass once 0.5 s of new audio waits, the encoder on the buffer and
 12 s, LocalAgreement with settling after 1 s (2 s for an unsure word) and the end-of-speech commit,
-no prompt unless ``--asr-prompt on``) fed CHUNK_S chunks on a simulated clock (the clock is the
+no prompt unless ``--asr-prompt on``, no hold of agreed words unless ``--asr-context-s S``) fed CHUNK_S chunks on a simulated clock (the clock is the
 audio fed so far: real-time speed with instant compute; deterministic, nothing sleeps). A pass
 runs whenever the recogniser is ready, as the server's AsrSession does. ``sentence_end()`` is never
 called, so the buffer is trimmed only past 25 s at the last committed word and the recogniser's
@@ -87,6 +87,7 @@ from server.app import ASR_DEFAULTS, asr_options  # noqa: E402
 from streampunct import Punctuator  # noqa: E402
 from streampunct.asr import SAMPLE_RATE, StreamingRecognizer, resolve_asr_model  # noqa: E402
 from streampunct.conversation import labeled_words  # noqa: E402
+from streampunct.flags import number_or_off  # noqa: E402
 from streampunct.metrics import MARK_CLASSES, score  # noqa: E402
 from streampunct.punctuator import SHIPPED_MODELS, checkpoint_dir  # noqa: E402
 from streampunct.text import normalize, normalize_labeled, read_iwslt, render, without_mark  # noqa: E402
@@ -536,13 +537,17 @@ def make_recordings(args, cache: Path) -> None:
 
 
 def recognise(
-    cache: Path, force: bool, offline_models: Sequence[str] = OFFLINE_ASR, prompt: str = "off"
+    cache: Path,
+    force: bool,
+    offline_models: Sequence[str] = OFFLINE_ASR,
+    prompt: str = "off",
+    context_s: float | None = ASR_DEFAULTS["context_s"],
 ) -> None:
     """Each recogniser over every recording it has not recognised yet (the streaming one also over
     those streamed with settings other than the server's): the streaming one, then each offline
     one (one model loaded at a time)."""
     names = [p.stem for p in sorted(cache.glob("*.json"))]
-    options = asr_options(prompt=prompt)
+    options = asr_options(prompt=prompt, context_s=context_s)
     streaming = functools.partial(stream_asr, options=options)
     jobs = [("streaming", STREAM_ASR, streaming)] + [("offline", asr, offline_asr) for asr in offline_models]
     for kind, asr, run in jobs:
@@ -565,7 +570,7 @@ def record(args) -> None:
     cache.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     make_recordings(args, cache)
-    recognise(cache, args.force, prompt=args.asr_prompt)
+    recognise(cache, args.force, prompt=args.asr_prompt, context_s=args.asr_context_s)
     total = time.perf_counter() - t0
     print(f"recorded in {total / 60:.1f} min -> {cache}", flush=True)
 
@@ -829,6 +834,13 @@ def main() -> None:
         default="off",
         help="the streaming recogniser's prompt of committed text (StreamingRecognizer(prompt=); "
         "default %(default)s, the server's)",
+    )
+    r.add_argument(
+        "--asr-context-s",
+        type=number_or_off,
+        default=ASR_DEFAULTS["context_s"],
+        help="hold agreed words until this much audio (s) follows them, or off (StreamingRecognizer("
+        "context_s=); default the server's)",
     )
     s = sub.add_parser("score", help="score the cached recordings")
     s.add_argument("--cache", required=True)

@@ -68,6 +68,7 @@ ASR_DEFAULTS: dict[str, Any] = {
     "settle_after_s": 1.0,
     "settle_unsure_after_s": 2.0,
     "encoder_pad_s": 12.0,
+    "context_s": None,
     "prompt": "off",
     "provisional_lookahead": "on",
 }
@@ -783,6 +784,7 @@ def asr_options(
     settle_after_s: float | None = ASR_DEFAULTS["settle_after_s"],
     settle_unsure_after_s: float | None = ASR_DEFAULTS["settle_unsure_after_s"],
     encoder_pad_s: float | None = ASR_DEFAULTS["encoder_pad_s"],
+    context_s: float | None = ASR_DEFAULTS["context_s"],
 ) -> dict[str, Any]:
     """StreamingRecognizer's settings from the server's ``--asr-*`` flags."""
     return {
@@ -795,6 +797,7 @@ def asr_options(
         "settle_after_s": settle_after_s,
         "settle_unsure_after_s": settle_unsure_after_s,
         "encoder_pad_s": encoder_pad_s,
+        "context_s": context_s,
     }
 
 
@@ -866,6 +869,14 @@ def main(argv: list[str] | None = None) -> int:
         help="Whisper's encoder reads the buffer and this much silence (s) instead of 30 s: faster passes "
         "(or off; default %(default)s)",
     )
+    ap.add_argument(
+        "--asr-context-s",
+        type=number_or_off,
+        default=ASR_DEFAULTS["context_s"],
+        help="hold a word agreed on until a pass has heard this much audio (s) after it, and commit it as "
+        "that pass wrote it: a mark written at the end of what was heard is taken back (or off; "
+        "default %(default)s)",
+    )
     switches = (  # on/off flags: (flag, ASR_DEFAULTS key, help)
         ("--asr-prompt", "prompt", "each recognition pass sees the committed text before its audio as "
          "Whisper's prompt"),
@@ -923,6 +934,7 @@ def main(argv: list[str] | None = None) -> int:
                 settle_after_s=args.asr_settle_after_s,
                 settle_unsure_after_s=args.asr_settle_unsure_after_s,
                 encoder_pad_s=args.asr_encoder_pad_s,
+                context_s=args.asr_context_s,
             )
             app = App(
                 punctuator,

@@ -218,6 +218,39 @@ def test_settling_loses_and_repeats_nothing(settle_after_s):
     assert [index(w) for w in committed] == list(range(60))
 
 
+class MarksTheEnd(ReadsTheSignal):
+    """As Whisper at the end of what it has heard: every word that ended less than 0.8 s before
+    the end of the pass's audio gets a period, which a pass that hears more takes back."""
+
+    def transcribe(self, audio: np.ndarray, **options):
+        segments, info = super().transcribe(audio, **options)
+        for w in segments[0].words:
+            if w.end > len(audio) / SAMPLE_RATE - 0.8:
+                w.word += "."
+        return segments, info
+
+
+@pytest.mark.parametrize("context_s", [None, 0.5, 1.0, 2.0])
+def test_an_agreed_word_is_held_until_context_s_follows_it_and_goes_out_as_restated(context_s):
+    """With ``context_s`` an agreed word is released only once a pass has heard that much audio
+    after it, as that pass wrote it, so a mark written at the end of what was heard and taken back
+    later is not committed (1.0 and 2.0 s: none of them; without the wait, some). Held words are
+    shown with the provisional ones; nothing is lost or repeated."""
+    rec = StreamingRecognizer(MarksTheEnd(), min_chunk_s=0.5, settle_after_s=1.0, context_s=context_s)
+    committed = []
+    for step in range(20):
+        rec.feed(speech(step / 2, step / 2 + 0.5))
+        hypothesis = rec.process()
+        assert all(w.end <= step / 2 + 0.5 - (context_s or 0) + 1e-9 for w in hypothesis.committed)
+        committed += hypothesis.committed
+        shown = [int(w.text.rstrip(".")[1:]) for w in committed + hypothesis.provisional]
+        assert shown == list(range(step + 1))  # every word heard, once, in order
+    periods = [w.text for w in committed if w.text.endswith(".")]
+    assert (periods == []) if (context_s or 0) >= 0.8 else periods
+    committed += rec.finish()
+    assert [int(w.text.rstrip(".")[1:]) for w in committed] == list(range(20))
+
+
 class Encodes(ReadsTheSignal):
     """A stand-in with faster-whisper's ``encode``: what each pass's encoder read, in frames."""
 
@@ -365,12 +398,18 @@ def test_resume_must_be_shorter_than_the_lag():
     max_lag_s=st.floats(3.0, 15.0),
     resume_s=st.floats(0.0, 2.9),
     settle_after_s=st.none() | st.floats(0.0, 5.0),
+    context_s=st.none() | st.floats(0.0, 3.0),
 )
 # found by this test: settling at 0 s committed a word cut at the buffer's end, then its rest again
-@example(pass_s=1.625, seconds=26.0, max_lag_s=3.0, resume_s=0.0, settle_after_s=0.0)
-def test_any_pace_keeps_the_stream_in_order(pass_s, seconds, max_lag_s, resume_s, settle_after_s):
+@example(pass_s=1.625, seconds=26.0, max_lag_s=3.0, resume_s=0.0, settle_after_s=0.0, context_s=None)
+def test_any_pace_keeps_the_stream_in_order(pass_s, seconds, max_lag_s, resume_s, settle_after_s, context_s):
     rec, committed = simulate(
-        pass_s, seconds, max_lag_s=max_lag_s, resume_s=resume_s, settle_after_s=settle_after_s
+        pass_s,
+        seconds,
+        max_lag_s=max_lag_s,
+        resume_s=resume_s,
+        settle_after_s=settle_after_s,
+        context_s=context_s,
     )
     check_stream(rec, committed)
     assert rec.unprocessed == 0 and rec.duration == pytest.approx(np.ceil(seconds / 0.25) * 0.25)
