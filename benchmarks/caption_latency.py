@@ -63,8 +63,8 @@ def _flags(
     """A front end's ``serve`` flags, every one given, so that a front end stays what it was measured
     as when the server's defaults change; ``pad`` and ``settle`` came on 2026-11-25 (off: a 30 s
     encoder window and no settling, as before them), ``settle_unsure`` the same evening (off: an
-    unsure word settles as a sure one), ``context`` on 2026-11-26 (off: a word may be committed
-    from a pass that heard nothing after it)."""
+    unsure word settles as a sure one), ``context`` on 2026-11-26 (off: an agreed word goes out at
+    once, with the mark of the pass that agreed on it)."""
     flags = f"--asr-chunk-s {chunk} --asr-buffer-s {buffer} --asr-confident {confident} "
     flags += f"--asr-end-of-speech-s {end_of_speech}"
     flags += f" --provisional-lookahead {lookahead}"
@@ -76,8 +76,8 @@ def _flags(
 
 # Front-end settings: the server's flags. "today" is the front end before issue 19; "today", "fast",
 # "next" and "live" were measured with the recogniser's prompt on (the server's default then), and
-# keep it. "no-prompt" was the shipped default from 2026-11-24, "short-next" from 2026-11-25,
-# "unsure2" from that evening, "held" since 2026-11-26 (docs/latency.md).
+# keep it. "no-prompt" was the shipped default from 2026-11-24, "short-next" from 2026-11-25, and
+# "unsure2" is since that evening; "held" (an option, measured 2026-11-26) is not (docs/latency.md).
 FRONTENDS: dict[str, str] = {
     "today": _flags(chunk="1", end_of_speech="off", lookahead="off"),
     "default": "",  # the server's defaults (server/app.py, ASR_DEFAULTS)

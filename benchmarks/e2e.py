@@ -29,8 +29,9 @@ For each recording, ``record`` runs (a) streampunct's live path up to the punctu
 streaming recogniser (``streampunct.asr.StreamingRecognizer``, tiny.en) with the server's settings
 (``server.app.asr_options()``: a pass once 0.5 s of new audio waits, the encoder on the buffer and
 12 s, LocalAgreement with settling after 1 s (2 s for an unsure word) and the end-of-speech commit,
-no prompt unless ``--asr-prompt on``, no hold of agreed words unless ``--asr-context-s S``) fed CHUNK_S chunks on a simulated clock (the clock is the
-audio fed so far: real-time speed with instant compute; deterministic, nothing sleeps). A pass
+no prompt unless ``--asr-prompt on``, no hold of agreed words unless ``--asr-context-s S``) fed
+CHUNK_S chunks on a simulated clock (the clock is the audio fed so far: real-time speed with
+instant compute; deterministic, nothing sleeps). A pass
 runs whenever the recogniser is ready, as the server's AsrSession does. ``sentence_end()`` is never
 called, so the buffer is trimmed only past 25 s at the last committed word and the recogniser's
 words do not depend on the punctuator (live, streampunct's periods trim it sooner). Every pass's

@@ -135,7 +135,7 @@ class LocalAgreement:
     marks (docs/conversation.md). Held words are shown with the provisional ones.
     """
 
-    committed: list[Word] = field(default_factory=list)  # committed words still in the audio buffer
+    committed: list[Word] = field(default_factory=list)  # agreed words still in the buffer (held too)
     previous: list[Word] = field(default_factory=list)  # the last hypothesis, beyond the commits
     last_end: float = 0.0  # end of the last committed word
     confident: float | None = None
