@@ -2,7 +2,7 @@
 
     python benchmarks/e2e.py record --data ../shared/data --cache ../e2e_cache [--extra-human DIR]
     python benchmarks/e2e.py score --cache ../e2e_cache [--models default base DIR] [--lookaheads 0 2]
-                                   [--pauses both|on|off] [--out e2e]
+                                   [--pauses both|on|off] [--out e2e] [--workers 2]
     python benchmarks/e2e.py quick          # 20 s of espeak-ng, no data needed (the test runs this)
 
 Recordings (``record`` writes them under --cache, never into the repository):
@@ -737,6 +737,36 @@ def load_recordings(cache: Path) -> list[dict]:
     return sorted(recs, key=lambda r: (order.index(r["set"]), r["name"]))
 
 
+_WORKER: dict = {}  # a scoring worker's recordings and punctuators (score --workers)
+
+
+def _start_worker(cache: str, models: Sequence[str], device: str, threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    _WORKER["recordings"] = load_recordings(Path(cache))
+    _WORKER["punctuators"] = {m: Punctuator.load(m, device=device) for m in models}
+
+
+def _evaluate_in_worker(system: dict, provisional_lookahead: bool) -> dict:
+    return evaluate(_WORKER["recordings"], [system], _WORKER["punctuators"], provisional_lookahead)
+
+
+def evaluate_parallel(args, systems: Sequence[dict], provisional_lookahead: bool, workers: int) -> dict:
+    """:func:`evaluate`, one system at a time in each of ``workers`` processes (each with its share
+    of the cores); the same results, in the systems' order."""
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    start = (args.cache, args.models, args.device, threads)
+    context = multiprocessing.get_context("spawn")  # no torch thread pools forked
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=start) as pool:
+        one = functools.partial(_evaluate_in_worker, provisional_lookahead=provisional_lookahead)
+        return {name: per_rec for part in pool.map(one, systems) for name, per_rec in part.items()}
+
+
 def score_cmd(args) -> None:
     cache = Path(args.cache)
     recordings = load_recordings(cache)
@@ -744,12 +774,16 @@ def score_cmd(args) -> None:
     systems, pauses = systems_for(punctuators, args.lookaheads, args.pauses)
     systems += whisper_systems(recordings)
     provisional = args.provisional_lookahead == "on"
-    compared = evaluate(recordings, systems, punctuators, provisional)
+    if args.workers > 1:
+        compared = evaluate_parallel(args, systems, provisional, args.workers)
+    else:
+        compared = evaluate(recordings, systems, punctuators, provisional)
     results = summarise(recordings, compared)
     sets = [s for s in SETS if any(r["set"] == s for r in recordings)]
     payload = {
         "machine": machine(),
         "command": " ".join(sys.argv),
+        "workers": args.workers,
         "cache": str(cache),
         "pauses": pauses,
         "stream": {
@@ -856,6 +890,9 @@ def main() -> None:
         help="push each pass's provisional words as lookahead (default %(default)s, the server's)",
     )
     s.add_argument("--out", default="e2e", help="results name: benchmarks/results/OUT.json and OUT.png")
+    s.add_argument(
+        "--workers", type=int, default=1, help="score that many configurations at once, in processes"
+    )
     sub.add_parser("quick", help="20 s of espeak-ng; no data needed")
     args = ap.parse_args()
     if args.cmd == "record":

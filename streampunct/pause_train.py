@@ -57,6 +57,7 @@ class PauseTrainConfig:
     lr: float = 3e-3
     seed: int = 1
     engine: Literal["auto", "masked", "window"] = "auto"
+    workers: int = 1
 
     HELP: ClassVar[dict[str, str]] = {  # what each field is (and the help of its CLI flag)
         "segment_words": "words per training segment",
@@ -75,12 +76,15 @@ class PauseTrainConfig:
         "continued": "also learn from a sentence-end mark the recogniser went on from in lower case",
         "hidden": "width of the fusion's hidden layer",
         "engine": "the engine whose logits the fusion corrects",
+        "workers": "processes that compute the text model's logits (each with its share of the cores)",
     }
 
 
 def _rows(model, pieces, segments, cfg, rng):
-    """(logits, features, slots, targets) of every timed token of the segments at each lookahead."""
-    logits, feats, slots, targets = [], [], [], []
+    """(logits, features, slots, targets) of every timed token of the segments at each lookahead.
+    The times and marks are drawn here, in order; the logits, the costly part, in ``cfg.workers``
+    processes when there are several (the same rows either way, up to rounding)."""
+    timed = []
     for tokens, labels in segments:
         marks = list(labels)
         if rng.random() < cfg.shuffled:
@@ -88,16 +92,54 @@ def _rows(model, pieces, segments, cfg, rng):
         words = synthetic_times(tokens, marks, rng)
         if cfg.marks:
             words = synthetic_marks(words, labels, rng, cfg.unmarked)
+        timed.append((tokens, labels, words))
+    jobs = [(tokens, k) for tokens, _, _ in timed for k in cfg.lookaheads]
+    if cfg.workers > 1:
+        logits_of = _logits_in_workers(cfg, jobs)
+    else:
+        logits_of = [token_logits(model, pieces, tokens, k, engine=cfg.engine) for tokens, k in jobs]
+    logits, feats, slots, targets = [], [], [], []
+    rows = iter(logits_of)
+    for tokens, labels, words in timed:
         n = len(tokens)
         for k in cfg.lookaheads:
             ahead = [None if k is None else min(k, n - 1 - t) for t in range(n)]
-            rows = token_logits(model, pieces, tokens, k, engine=cfg.engine)
             features = token_features(words, list(range(n)), ahead, cfg.marks, cfg.continued)
-            logits.append(rows)
+            logits.append(next(rows))
             feats.append(torch.tensor(features, dtype=torch.float32))
             slots.append(torch.tensor([ahead_slot(a) for a in ahead]))
             targets.append(torch.tensor([LABEL_ID[lab] for lab in labels]))
     return torch.cat(logits), torch.cat(feats), torch.cat(slots), torch.cat(targets)
+
+
+_WORKER: dict = {}  # a worker process's model and word pieces
+
+
+def _start_worker(model_dir: str, threads: int) -> None:
+    torch.set_num_threads(threads)
+    model = PunctModel.load(model_dir)
+    model.requires_grad_(False)
+    _WORKER["model"] = model
+    _WORKER["pieces"] = WordPieces(Path(model_dir) / "vocab.txt", model.cfg.max_pieces)
+
+
+def _logits_in_worker(job: tuple[list[str], int | None], engine: str) -> torch.Tensor:
+    tokens, k = job
+    return token_logits(_WORKER["model"], _WORKER["pieces"], tokens, k, engine=engine)
+
+
+def _logits_in_workers(cfg: PauseTrainConfig, jobs: list[tuple[list[str], int | None]]) -> list[torch.Tensor]:
+    import functools
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    threads = max(1, (os.cpu_count() or 1) // cfg.workers)
+    context = multiprocessing.get_context("spawn")  # no torch thread pools forked
+    with ProcessPoolExecutor(
+        cfg.workers, mp_context=context, initializer=_start_worker, initargs=(cfg.model, threads)
+    ) as pool:
+        return list(pool.map(functools.partial(_logits_in_worker, engine=cfg.engine), jobs))
 
 
 @torch.no_grad()

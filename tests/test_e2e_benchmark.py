@@ -3,12 +3,26 @@ reads a short conversation; tiny.en streamed into streampunct, and Whisper's own
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
+import json
 import shutil
 
 import pytest
 
-from benchmarks.e2e import align, compare, metrics, move_marks, quick, reference, word_tokens
+from benchmarks.e2e import (
+    align,
+    compare,
+    evaluate,
+    evaluate_parallel,
+    load_recordings,
+    metrics,
+    move_marks,
+    quick,
+    reference,
+    word_tokens,
+)
+from streampunct import Punctuator
 
 
 def test_align_insertion_deletion_substitution():
@@ -63,6 +77,47 @@ def test_reference_and_word_tokens():
         ["do", "n't", "go"],
         ["O", "COMMA", "PERIOD"],
     )
+
+
+def test_scoring_in_worker_processes_gives_what_one_process_gives(tmp_path):
+    """score --workers: the configurations scored in spawned processes, the same results in the
+    same order as scored one after the other here."""
+    text = "Yes, I saw it. Did you like it? We went on Sunday, and it rained all day."
+    plain = "yes I saw it. did you like it we went on Sunday and it rained. all day".split()
+    words = [{"text": w, "start": 0.4 * i, "end": 0.4 * i + 0.3} for i, w in enumerate(plain)]
+    batches = [
+        {"clock": 0.4 * i + 1.0, "words": words[i : i + 3], "tentative": words[i + 3 : i + 5]}
+        for i in range(0, 12, 3)
+    ]
+    asr = {"batches": batches, "final": {"clock": 7.0, "words": words[12:], "tentative": []}}
+    rec = {
+        "name": "r",
+        "set": "human",
+        "text": text,
+        "seconds": 7.0,
+        "offline": {},
+        "streaming": {"tiny.en": asr},
+    }
+    (tmp_path / "r.json").write_text(json.dumps(rec))
+    systems = [
+        {
+            "name": f"k={k} pauses={pauses}",
+            "kind": "streampunct",
+            "model": "default",
+            "lookahead": k,
+            "pauses": pauses,
+        }
+        for k in (0, 2)
+        for pauses in (False, True)
+    ]
+    systems.append({"name": "whisper streamed", "kind": "whisper_streamed", "asr": "tiny.en"})
+    alone = evaluate(
+        load_recordings(tmp_path), systems, {"default": Punctuator.load("default", device="cpu")}
+    )
+    args = argparse.Namespace(cache=str(tmp_path), models=["default"], device="cpu")
+    together = evaluate_parallel(args, systems, provisional_lookahead=True, workers=2)
+    assert list(together) == [s["name"] for s in systems]
+    assert together == alone
 
 
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng")

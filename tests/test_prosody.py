@@ -267,3 +267,26 @@ def test_train_pauses_reads_the_continuation_only_with_the_recognisers_marks(tmp
     assert trained.model.cfg.pause_marks == marks and trained.model.cfg.pause_continued == marks
     words = timed(TEXT, [0.1] * len(TEXT), [".", ""] * 10)
     assert len(trained.predict(words, 2)) == len(TEXT)  # the fusion's width matches its features
+
+
+def test_train_pauses_rows_from_worker_processes_are_the_rows_of_one(tmp_path):
+    """train-pauses --workers: the text model's logits computed in spawned processes; the rows the
+    fusion trains on are those of one process (the logits up to rounding)."""
+    from streampunct.pause_train import PauseTrainConfig, _rows
+
+    torch.manual_seed(0)
+    shape = dict(n_layer=1, n_head=2, n_embd=16, n_inner=32, block=4, context=6, dropout=0.0)
+    PunctModel(ModelConfig(**shape)).save(tmp_path / "text")
+    (tmp_path / "text" / "vocab.txt").write_bytes((DEFAULT_CHECKPOINT / "vocab.txt").read_bytes())
+    model = PunctModel.load(tmp_path / "text")
+    pieces = WordPieces(tmp_path / "text" / "vocab.txt", model.cfg.max_pieces)
+    labels = ["O", "O", "COMMA", "O", "O", "PERIOD", "O", "QUESTION"] * 5
+    text = TEXT * 2
+    segments = [(text[:30], labels[:30]), (text[5:25], labels[5:25]), (text[:12], labels[:12])]
+    cfg = PauseTrainConfig(str(tmp_path / "text"), (), "", engine="window")
+    alone = _rows(model, pieces, segments, cfg, np.random.default_rng(3))
+    together = _rows(model, pieces, segments, replace(cfg, workers=2), np.random.default_rng(3))
+    logits, *rest = zip(alone, together)
+    assert torch.allclose(*logits, atol=1e-5)  # other thread counts round differently
+    for a, b in rest:
+        assert torch.equal(a, b)
