@@ -90,6 +90,7 @@ from streampunct.asr import SAMPLE_RATE, StreamingRecognizer, resolve_asr_model 
 from streampunct.conversation import labeled_words  # noqa: E402
 from streampunct.flags import number_or_off  # noqa: E402
 from streampunct.metrics import MARK_CLASSES, score  # noqa: E402
+from streampunct.processes import in_processes  # noqa: E402
 from streampunct.punctuator import SHIPPED_MODELS, checkpoint_dir  # noqa: E402
 from streampunct.text import normalize, normalize_labeled, read_iwslt, render, without_mark  # noqa: E402
 from streampunct.types import Word  # noqa: E402
@@ -740,10 +741,7 @@ def load_recordings(cache: Path) -> list[dict]:
 _WORKER: dict = {}  # a scoring worker's recordings and punctuators (score --workers)
 
 
-def _start_worker(cache: str, models: Sequence[str], device: str, threads: int) -> None:
-    import torch
-
-    torch.set_num_threads(threads)
+def _start_worker(cache: str, models: Sequence[str], device: str) -> None:
     _WORKER["recordings"] = load_recordings(Path(cache))
     _WORKER["punctuators"] = {m: Punctuator.load(m, device=device) for m in models}
 
@@ -755,16 +753,9 @@ def _evaluate_in_worker(system: dict, provisional_lookahead: bool) -> dict:
 def evaluate_parallel(args, systems: Sequence[dict], provisional_lookahead: bool, workers: int) -> dict:
     """:func:`evaluate`, one system at a time in each of ``workers`` processes (each with its share
     of the cores); the same results, in the systems' order."""
-    import multiprocessing
-    import os
-    from concurrent.futures import ProcessPoolExecutor
-
-    threads = max(1, (os.cpu_count() or 1) // workers)
-    start = (args.cache, args.models, args.device, threads)
-    context = multiprocessing.get_context("spawn")  # no torch thread pools forked
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=start) as pool:
-        one = functools.partial(_evaluate_in_worker, provisional_lookahead=provisional_lookahead)
-        return {name: per_rec for part in pool.map(one, systems) for name, per_rec in part.items()}
+    one = functools.partial(_evaluate_in_worker, provisional_lookahead=provisional_lookahead)
+    parts = in_processes(one, systems, workers, _start_worker, args.cache, args.models, args.device)
+    return {name: per_rec for part in parts for name, per_rec in part.items()}
 
 
 def score_cmd(args) -> None:

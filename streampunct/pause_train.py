@@ -16,6 +16,7 @@ fusion's weights added.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import time
@@ -33,6 +34,7 @@ from .errors import InputError
 from .metrics import score
 from .model import PunctModel
 from .pieces import WordPieces
+from .processes import in_processes
 from .prosody import N_FEATURES, PauseFusion, ahead_slot, synthetic_marks, synthetic_times, token_features
 from .text import LABEL_ID, LABELS, normalize_labeled, read_iwslt
 
@@ -95,7 +97,8 @@ def _rows(model, pieces, segments, cfg, rng):
         timed.append((tokens, labels, words))
     jobs = [(tokens, k) for tokens, _, _ in timed for k in cfg.lookaheads]
     if cfg.workers > 1:
-        logits_of = _logits_in_workers(cfg, jobs)
+        one = functools.partial(_logits_in_worker, engine=cfg.engine)
+        logits_of = in_processes(one, jobs, cfg.workers, _start_worker, cfg.model)
     else:
         logits_of = [token_logits(model, pieces, tokens, k, engine=cfg.engine) for tokens, k in jobs]
     logits, feats, slots, targets = [], [], [], []
@@ -112,11 +115,10 @@ def _rows(model, pieces, segments, cfg, rng):
     return torch.cat(logits), torch.cat(feats), torch.cat(slots), torch.cat(targets)
 
 
-_WORKER: dict = {}  # a worker process's model and word pieces
+_WORKER: dict = {}  # a worker process's model and word pieces (in_processes)
 
 
-def _start_worker(model_dir: str, threads: int) -> None:
-    torch.set_num_threads(threads)
+def _start_worker(model_dir: str) -> None:
     model = PunctModel.load(model_dir)
     model.requires_grad_(False)
     _WORKER["model"] = model
@@ -126,20 +128,6 @@ def _start_worker(model_dir: str, threads: int) -> None:
 def _logits_in_worker(job: tuple[list[str], int | None], engine: str) -> torch.Tensor:
     tokens, k = job
     return token_logits(_WORKER["model"], _WORKER["pieces"], tokens, k, engine=engine)
-
-
-def _logits_in_workers(cfg: PauseTrainConfig, jobs: list[tuple[list[str], int | None]]) -> list[torch.Tensor]:
-    import functools
-    import multiprocessing
-    import os
-    from concurrent.futures import ProcessPoolExecutor
-
-    threads = max(1, (os.cpu_count() or 1) // cfg.workers)
-    context = multiprocessing.get_context("spawn")  # no torch thread pools forked
-    with ProcessPoolExecutor(
-        cfg.workers, mp_context=context, initializer=_start_worker, initargs=(cfg.model, threads)
-    ) as pool:
-        return list(pool.map(functools.partial(_logits_in_worker, engine=cfg.engine), jobs))
 
 
 @torch.no_grad()
