@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from .errors import InputError
-from .incremental import WindowState
+from .incremental import WindowState, compute_many
 from .model import PunctModel
 from .pieces import WordPieces, collate, collate_tags, plan_windows
 from .types import ENGINES
@@ -387,11 +387,15 @@ class WindowEngine(_Engine):
         return WindowStream(self, lookahead)
 
 
+MAX_PASSES = 32  # window passes one stream computes at once: what a long push holds in memory
+
+
 class WindowStream:
     """The window engine's state for one stream: each step, one pass per token that has its
     full lookahead, and one over the newest tokens whose rows give the provisional labels. The
     passes are :class:`~streampunct.incremental.WindowState` without a mask, so that many
-    streams' passes batch together."""
+    streams' passes batch together. Each pass holds every layer's rows, keys and values, so a
+    long push is decided MAX_PASSES passes at a time, each dropped once its token is decided."""
 
     def __init__(self, engine: WindowEngine, lookahead: int):
         self.engine, self.model, self.k = engine, engine.model, lookahead
@@ -427,17 +431,27 @@ class WindowStream:
         lookahead (decided this step, so the pass is shared), or the last final one."""
         return max(0, first_open - 1, self.tokens.end - 1 - self.k)
 
+    def _full(self, first: int) -> list[WindowState]:
+        """The passes of the tokens from ``first`` on that have their full lookahead, at most
+        MAX_PASSES of them."""
+        last = min(self.tokens.end - self.k, first + MAX_PASSES)
+        return [self._pass(t, t + self.k + 1)[0] for t in range(first, last)]
+
     def work(self, first_open: int) -> list[WindowState]:
-        n = self.tokens.end
-        for t in range(first_open, n - self.k):
-            self._pass(t, t + self.k + 1)
-        if n:
-            self._pass(self._tail(first_open), n)
+        self._full(first_open)
+        if self.tokens.end:
+            self._pass(self._tail(first_open), self.tokens.end)
         return list(self.passes.values())
 
     def decide(self, t: int, ahead: int) -> torch.Tensor:
-        state, start = self._pass(t, t + ahead + 1)
-        return state.logits(t - start)
+        end = t + ahead + 1
+        if ahead == self.k and (self.engine.window_start(t), end) not in self.passes:
+            compute_many(self._full(t))  # a long push: its next passes, together
+        state, start = self._pass(t, end)
+        logits = state.logits(t - start)
+        if end < self.tokens.end:  # only a pass to the newest token serves again (provisional)
+            del self.passes[start, end]
+        return logits
 
     def provisional(self, tokens: Sequence[int], first_open: int) -> list[torch.Tensor]:
         if not tokens:

@@ -1,12 +1,13 @@
 """PunctStream: one final decision per word, exactly predict()'s, with revisions and time limits."""
 
 import random
+import weakref
 
 import pytest
 import torch
 
-from streampunct import InputError
-from streampunct.engines import window_logits
+from streampunct import InputError, incremental
+from streampunct.engines import MAX_PASSES, window_logits
 from streampunct.stream import Lookahead, PunctStream, Word
 from streampunct.text import normalize_text
 
@@ -347,6 +348,36 @@ def test_window_engine_passes_match_batch(request, model):
         torch.testing.assert_close(
             state.logits(t - start), window_logits(p.model, ids, t, 2, engine="window"), atol=1e-5, rtol=0
         )
+
+
+@pytest.mark.parametrize("tentative", [0, 3])
+def test_a_long_push_holds_a_bounded_number_of_window_passes(tiny, monkeypatch, tentative):
+    """A message of many words (the server takes up to 1,000) is decided a bounded number of
+    window passes at a time: each pass holds every layer's rows, keys and values, and a pass per
+    word at once took 3 GB for 1,000 words with the default model (base was killed at 14 GB on
+    2,345). The labels are predict()'s, as for any other pace."""
+    alive: weakref.WeakSet = weakref.WeakSet()
+    most = 0
+
+    def counted(self, *args, **kwargs):
+        nonlocal most
+        created(self, *args, **kwargs)
+        alive.add(self)
+        most = max(most, len(alive))
+
+    created = incremental.WindowState.__init__
+    monkeypatch.setattr(incremental.WindowState, "__init__", counted)
+    words = varied_words(1000, seed=11)
+    s = tiny.stream(lookahead=2, engine="window")
+    finals = {
+        e.index: e.label
+        for e in s.push(words[: len(words) - tentative], tentative=words[len(words) - tentative :])
+        if e.final
+    }
+    finals.update({e.index: e.label for e in s.push(words[len(words) - tentative :]) if e.final})
+    finals.update({e.index: e.label for e in s.finish() if e.final})
+    assert [finals[i] for i in range(len(words))] == tiny.predict(words, lookahead=2, engine="window")
+    assert most <= 2 * MAX_PASSES
 
 
 def test_window_engine_is_refused_for_a_pos_fused_checkpoint(tiny):
