@@ -1,7 +1,7 @@
 """Caption latency, live, with its breakdown: audio streamed at real-time speed through a real server.
 
     python benchmarks/caption_latency.py --audio ../shared/data/audio --e2e-cache ../e2e_cache \\
-        [--frontends today,fast] [--asr-model tiny.en] [--lookahead 2]
+        [--frontends today,fast] [--model default] [--asr-model tiny.en] [--lookahead 2]
 
 For each front-end setting (the server's ``--asr-*`` flags, FRONTENDS) a ``streampunct serve``
 process is started with debug logs, and each input is streamed to ``/v1/asr`` at real-time speed
@@ -237,7 +237,7 @@ def run_frontend(
 ) -> dict:
     log = logdir / f"{name}.log"
     cmd = [sys.executable, "-m", "server.app", "--port", "0", "--preload-asr", "--device", "cpu"]
-    cmd += ["--asr-model", args.asr_model, "--log-level", "debug", *flags]
+    cmd += ["--model", args.model, "--asr-model", args.asr_model, "--log-level", "debug", *flags]
     with log.open("w") as err:
         server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
         url = server.stdout.readline().split()[-1]  # type: ignore[union-attr]
@@ -308,7 +308,8 @@ def table(payload: dict[str, Any]) -> str:
             )
     lines += [
         "",
-        f"{payload['asr_model']} int8, lookahead {payload['lookahead']}, time limit {payload['max_delay_ms']:.0f} ms, "
+        f"Punctuation model {payload.get('model', 'default')}, {payload['asr_model']} int8, "
+        f"lookahead {payload['lookahead']}, time limit {payload['max_delay_ms']:.0f} ms, "
         f"real-time input in 0.25 s chunks, on {m['cpu']} ({m['cores']} cores). Front ends: "
         + "; ".join(f"`{k}`: {flags_text(v['flags'])}" for k, v in payload["frontends"].items())
         + ". `python benchmarks/caption_latency.py --audio ../shared/data/audio --e2e-cache ../e2e_cache`.",
@@ -345,6 +346,9 @@ def main() -> None:
     )
     ap.add_argument("--sets", default="clips,long", help="clips, long")
     ap.add_argument("--long", default=",".join(LONG), help="the e2e recordings joined into the long stream")
+    ap.add_argument(
+        "--model", default="default", help="punctuation model: default, base or a checkpoint folder"
+    )
     ap.add_argument("--asr-model", default="tiny.en")
     ap.add_argument("--lookahead", type=int, default=2)
     ap.add_argument("--max-delay-ms", type=float, default=1500)
@@ -378,6 +382,7 @@ def main() -> None:
         inputs.append(long_input(Path(args.e2e_cache), args.long.split(",")))
     payload: dict[str, Any] = {
         "machine": machine(),
+        "model": args.model,
         "asr_model": args.asr_model,
         "lookahead": args.lookahead,
         "max_delay_ms": args.max_delay_ms,

@@ -3,6 +3,7 @@
     python benchmarks/e2e.py record --data ../shared/data --cache ../e2e_cache [--extra-human DIR]
     python benchmarks/e2e.py score --cache ../e2e_cache [--models default base DIR] [--lookaheads 0 2]
                                    [--pauses both|on|off] [--out e2e] [--workers 2]
+                                   [--words streamed|offline:tiny.en|offline:base|reference]
     python benchmarks/e2e.py quick          # 20 s of espeak-ng, no data needed (the test runs this)
 
 Recordings (``record`` writes them under --cache, never into the repository):
@@ -50,7 +51,11 @@ to ``Punctuator.stream`` only when its signature has that parameter, and pauses=
 checkpoint with pause fusion (without it, on equals off); the JSON's "pauses" says what ran. A
 checkpoint whose fusion reads the recogniser's own marks runs pauses=on twice: on the streamed
 words as the recogniser wrote them (marks=on), and with their marks taken off (marks=off).
-``--models`` takes shipped names and checkpoint folders. Whisper's own marks: ``labeled_words`` of
+``--models`` takes shipped names and checkpoint folders. ``--words`` says where the gap is: by
+default streampunct punctuates the live path's streamed words; ``offline:tiny.en`` (or ``base``)
+gives it the offline recogniser's words, times and marks in one batch instead (the same k, the
+final labels of ``predict``), and ``reference`` the reference's own words, with no times or marks
+(the text model alone, WER 0). Whisper's own marks: ``labeled_words`` of
 its words (``!`` is a PERIOD), for offline tiny.en and base, and for the streamed tiny.en words
 themselves (what a live Whisper stream shows today). References: ``labeled_words(text,
 turn_end=False)`` + ``normalize_labeled``.
@@ -103,6 +108,7 @@ TARGET_S = 300.0  # length of each synthetic recording
 MONOLOGUE_WORDS = 800
 STREAM_ASR = "tiny.en"
 OFFLINE_ASR = ("tiny.en", "base")
+WORDS = ("streamed", *(f"offline:{a}" for a in OFFLINE_ASR), "reference")  # score --words
 SETS = {
     "synthetic_conversation": "synthetic conversation",
     "synthetic_monologue": "synthetic monologue",
@@ -273,6 +279,22 @@ def replay(
     take(stream.finish())
     assert len(final) == len(words), "every word gets one final label"
     return word_tokens(words, [final[i] for i in range(len(words))])
+
+
+def words_to_punctuate(recording: dict, words: str) -> dict | None:
+    """The words streampunct punctuates, as a recorded stream (see :func:`replay`): the live path's
+    (``streamed``), a recogniser's offline words with their times and marks in one batch
+    (``offline:tiny.en``), or the reference's own words, lower case, with no times or marks
+    (``reference``: the text model alone). None where the recording has no such words."""
+    if words == "streamed":
+        return recording["streaming"][STREAM_ASR]
+    if words == "reference":
+        ws = [{"text": t, "start": None, "end": None} for t in reference(recording["text"])[0]]
+    elif words.removeprefix("offline:") in recording["offline"]:
+        ws = recording["offline"][words.removeprefix("offline:")]["words"]
+    else:
+        return None
+    return {"batches": [], "final": {"clock": None, "words": ws, "tentative": []}}
 
 
 def recognised(words: Sequence[dict], marks: bool = True) -> list[Word]:
@@ -593,10 +615,11 @@ def has_pause_fusion(p: Punctuator) -> bool:
 
 
 def systems_for(
-    models: dict[str, Punctuator], lookaheads: Sequence[int], pauses: str
+    models: dict[str, Punctuator], lookaheads: Sequence[int], pauses: str, words: str = "streamed"
 ) -> tuple[list[dict], dict]:
-    """The streampunct configurations: model x lookahead x pauses. pauses=on runs only where the
-    stream takes the flag and the checkpoint has pause fusion (else it equals pauses=off)."""
+    """The streampunct configurations: model x lookahead x pauses, on ``words`` (see
+    :func:`words_to_punctuate`). pauses=on runs only where the stream takes the flag and the
+    checkpoint has pause fusion (else it equals pauses=off)."""
     supported = stream_has_pauses()
     wanted = {"both": [False, True], "on": [True], "off": [False]}[pauses]
     labels = model_labels(list(models))
@@ -616,11 +639,14 @@ def systems_for(
                 name = f"streampunct {labels[m]} k={k}"
                 if supported:
                     name += f" pauses={'on' if pz else 'off'}"
-                system = {"name": name, "kind": "streampunct", "model": m, "lookahead": k}
+                system = {"name": name, "kind": "streampunct", "model": m, "lookahead": k, "words": words}
                 systems.append({**system, "pauses": pz if supported else None})
                 if pz and reads_marks:  # the same without the recogniser's marks, then with them
                     systems[-1] = {**systems[-1], "name": name + " marks=off", "marks": False}
                     systems.append({**systems[-1], "name": name + " marks=on", "marks": True})
+    if words != "streamed":
+        on = f"{words.removeprefix('offline:')} offline" if words.startswith("offline:") else words
+        systems = [{**s, "name": f"{s['name']}, on {on} words"} for s in systems]
     return systems, info
 
 
@@ -651,9 +677,12 @@ def evaluate(
         for r in recordings:
             asr = r["streaming"][STREAM_ASR]
             if s["kind"] == "streampunct":
+                punctuated = words_to_punctuate(r, s.get("words", "streamed"))
+                if punctuated is None:
+                    continue
                 hyp = replay(
                     punctuators[s["model"]],
-                    asr,
+                    punctuated,
                     s["lookahead"],
                     s["pauses"],
                     s.get("marks", True),
@@ -762,7 +791,7 @@ def score_cmd(args) -> None:
     cache = Path(args.cache)
     recordings = load_recordings(cache)
     punctuators = {m: Punctuator.load(m, device=args.device) for m in args.models}
-    systems, pauses = systems_for(punctuators, args.lookaheads, args.pauses)
+    systems, pauses = systems_for(punctuators, args.lookaheads, args.pauses, args.words)
     systems += whisper_systems(recordings)
     provisional = args.provisional_lookahead == "on"
     if args.workers > 1:
@@ -777,6 +806,7 @@ def score_cmd(args) -> None:
         "workers": args.workers,
         "cache": str(cache),
         "pauses": pauses,
+        "words": args.words,
         "stream": {
             "asr": STREAM_ASR,
             "chunk_s": CHUNK_S,
@@ -874,6 +904,13 @@ def main() -> None:
     s.add_argument("--lookaheads", nargs="+", type=int, default=[0, 2])
     s.add_argument("--pauses", choices=["both", "on", "off"], default="both")
     s.add_argument("--device", default="cpu")
+    s.add_argument(
+        "--words",
+        choices=WORDS,
+        default="streamed",
+        help="what streampunct punctuates: the live path's streamed words (default), a recogniser's "
+        "offline words (times and marks), or the reference's words (the text model alone)",
+    )
     s.add_argument(
         "--provisional-lookahead",
         choices=["on", "off"],

@@ -20,9 +20,11 @@ from benchmarks.e2e import (
     move_marks,
     quick,
     reference,
+    systems_for,
     word_tokens,
 )
 from streampunct import Punctuator
+from streampunct.types import Word
 
 
 def test_align_insertion_deletion_substitution():
@@ -143,3 +145,39 @@ def test_quick_mode_end_to_end(tmp_path):
         assert system in table
     # the recogniser's words arrive and streampunct punctuates them
     assert results["streampunct default k=2"]["pooled"]["micro_f1"] > 40
+
+
+def _timed(words: list[str]) -> list[dict]:
+    return [{"text": w, "start": 0.4 * i, "end": 0.4 * i + 0.3} for i, w in enumerate(words)]
+
+
+def test_the_words_streampunct_punctuates_can_be_the_offline_or_the_reference_words():
+    """score --words: the same configuration on the offline recogniser's words gives predict()'s
+    labels on them (their WER is the offline recogniser's), on the reference's words WER 0 and the
+    text model alone; a recording without those offline words is left out."""
+    text = "Yes, I saw it. Did you like it? We went on Sunday, and it rained all day."
+    plain = "yes I saw it. did you like it we went on sunday and it rained. all day".split()
+    offline = "Yes, I saw it. Did you like it? We went on Sunday and it rained all day.".split()
+    asr = {"batches": [], "final": {"clock": 7.0, "words": _timed(plain), "tentative": []}}
+    rec = {"name": "r", "set": "human", "text": text, "seconds": 7.0}
+    with_offline = {**rec, "streaming": {"tiny.en": asr}, "offline": {"tiny.en": {"words": _timed(offline)}}}
+    without = {**rec, "name": "s", "streaming": {"tiny.en": asr}, "offline": {}}
+    p = Punctuator.load("default", device="cpu")
+    systems, _ = systems_for({"default": p}, [2], "on", "offline:tiny.en")
+    systems += systems_for({"default": p}, [2], "off", "reference")[0]
+    assert [s["name"] for s in systems] == [
+        "streampunct default k=2 pauses=on marks=off, on tiny.en offline words",
+        "streampunct default k=2 pauses=on marks=on, on tiny.en offline words",
+        "streampunct default k=2 pauses=off, on reference words",
+    ]
+    out = evaluate([with_offline, without], systems, {"default": p})
+    words = [Word(w["text"], w["start"], w["end"]) for w in _timed(offline)]
+    marks_on = out[systems[1]["name"]]
+    assert list(marks_on) == ["r"]  # s has no offline words
+    assert marks_on["r"]["hyp"] == word_tokens(offline, p.predict(words, lookahead=2))[1]
+    assert marks_on["r"]["edits"] == 0  # the offline words are the reference's
+    ref_tokens, _ = reference(text)
+    by_text = out[systems[2]["name"]]
+    assert set(by_text) == {"r", "s"}
+    assert by_text["s"]["edits"] == 0
+    assert by_text["s"]["hyp"] == p.predict(ref_tokens, lookahead=2, pauses=False)
