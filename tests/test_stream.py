@@ -352,8 +352,8 @@ def test_window_engine_passes_match_batch(request, model):
 
 @pytest.mark.parametrize("tentative", [0, 3])
 def test_a_long_push_holds_a_bounded_number_of_window_passes(tiny, monkeypatch, tentative):
-    """A message of many words (the server takes up to 1,000) is decided a bounded number of
-    window passes at a time: each pass holds every layer's rows, keys and values, and a pass per
+    """A push of many words (a library user's whole transcript; the server cuts its messages into
+    jobs of 32 words) is decided a bounded number of window passes at a time: each pass holds every layer's rows, keys and values, and a pass per
     word at once took 3 GB for 1,000 words with the default model (base was killed at 14 GB on
     2,345). The labels are predict()'s, as for any other pace."""
     alive: weakref.WeakSet = weakref.WeakSet()
