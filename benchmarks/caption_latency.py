@@ -312,7 +312,9 @@ def table(payload: dict[str, Any]) -> str:
         f"lookahead {payload['lookahead']}, time limit {payload['max_delay_ms']:.0f} ms, "
         f"real-time input in 0.25 s chunks, on {m['cpu']} ({m['cores']} cores). Front ends: "
         + "; ".join(f"`{k}`: {flags_text(v['flags'])}" for k, v in payload["frontends"].items())
-        + ". `python benchmarks/caption_latency.py --audio ../shared/data/audio --e2e-cache ../e2e_cache`.",
+        + ". `python benchmarks/caption_latency.py --audio ../shared/data/audio --e2e-cache ../e2e_cache"
+        + (f" --model {payload['model']}" if payload.get("model", "default") != "default" else "")
+        + "`.",
     ]
     return "\n".join(lines)
 

@@ -290,10 +290,11 @@ def words_to_punctuate(recording: dict, words: str) -> dict | None:
         return recording["streaming"][STREAM_ASR]
     if words == "reference":
         ws = [{"text": t, "start": None, "end": None} for t in reference(recording["text"])[0]]
-    elif words.removeprefix("offline:") in recording["offline"]:
-        ws = recording["offline"][words.removeprefix("offline:")]["words"]
     else:
-        return None
+        offline = recording["offline"].get(words.removeprefix("offline:"))
+        if offline is None:
+            return None
+        ws = offline["words"]
     return {"batches": [], "final": {"clock": None, "words": ws, "tentative": []}}
 
 
@@ -675,7 +676,6 @@ def evaluate(
         out[s["name"]] = {}
         t0 = time.perf_counter()
         for r in recordings:
-            asr = r["streaming"][STREAM_ASR]
             if s["kind"] == "streampunct":
                 punctuated = words_to_punctuate(r, s.get("words", "streamed"))
                 if punctuated is None:
@@ -689,7 +689,7 @@ def evaluate(
                     provisional_lookahead,
                 )
             elif s["kind"] == "whisper_streamed":
-                hyp = whisper_tokens(streamed_words(asr))
+                hyp = whisper_tokens(streamed_words(r["streaming"][STREAM_ASR]))
             elif s["asr"] in r["offline"]:
                 hyp = whisper_tokens(r["offline"][s["asr"]]["words"])
             else:
