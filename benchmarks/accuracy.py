@@ -164,10 +164,11 @@ def summary(models: dict[str, list[dict]], window_from: dict[str, int], short: b
 
 def run(stage: dict) -> str:
     """One training run of training.json in words: steps, data seen, time, machine, dev scores."""
+    dev = stage.get("dev") or f"dev2012 (first {stage['dev_words']:,} words)"
     return (
         f"{stage['steps']:,} steps of {stage['config']['batch']} windows, {stage['seen_tokens'] / 1e6:.1f} M "
-        f"word pieces, {stage['train_seconds'] / 60:.0f} min on {stage['machine']}; dev2012 (first "
-        f"{stage['dev_words']:,} words) micro-F1 {stage['dev_f1_k2']:.1f} at k=2"
+        f"word pieces, {stage['train_seconds'] / 60:.0f} min on {stage['machine']}; {dev} "
+        f"micro-F1 {stage['dev_f1_k2']:.1f} at k=2"
         + (" (window engine)" if stage["config"].get("window_share") else "")
         + f", {stage['dev_f1_offline']:.1f} offline."
     )
@@ -212,6 +213,11 @@ def table(rows: list[dict], payload: dict) -> str:
             "`streampunct calibrate`); the last column is the same model deciding by the plain argmax "
             "(masked engine and offline)."
         )
+        if c.get("offline_retuned"):
+            r = c["offline_retuned"]
+            lines.append(
+                f"The offline offsets were then tuned again on {r['dev']} (dev micro-F1 {r['dev_micro_f1']:.1f})."
+            )
     t = payload.get("training")
     if t:
         lines.append("")

@@ -46,6 +46,7 @@ def main() -> None:
     ap.add_argument("--sets", nargs="+", default=["Conversation", "Ref", "ASR"], help="which sets to score")
     ap.add_argument("--modes", nargs="+", default=[m for m, _ in MODES], help="k=0, k=2, offline")
     ap.add_argument("--name", default="conversation", help="results file name (without .json)")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or auto (the same labels up to rounding)")
     args = ap.parse_args()
     conv = "chat_dev.tsv" if args.dev else "chat_test.tsv"
     sets = {"Conversation": Path(args.conv) / conv, "Ref": Path(args.iwslt) / "test2011"}
@@ -54,7 +55,7 @@ def main() -> None:
     results = {}
     for spec in args.models:
         label, _, model = spec.partition("=")
-        p = Punctuator.load(model or label, device="cpu")
+        p = Punctuator.load(model or label, device=args.device)
         scores = {s: evaluate(p, path, args.modes) for s, path in sets.items()}
         results[label] = {"model": model or label, **scores}
         print(f"{label}: done", flush=True)

@@ -36,6 +36,7 @@ from .model import PunctModel
 from .pieces import WordPieces
 from .processes import in_processes
 from .prosody import N_FEATURES, PauseFusion, ahead_slot, synthetic_marks, synthetic_times, token_features
+from .punctuator import resolve_device
 from .text import LABEL_ID, LABELS, normalize_labeled, read_iwslt
 
 __all__ = ["PauseTrainConfig", "train_pauses"]
@@ -60,6 +61,7 @@ class PauseTrainConfig:
     seed: int = 1
     engine: Literal["auto", "masked", "window"] = "auto"
     workers: int = 1
+    device: str = "cpu"
 
     HELP: ClassVar[dict[str, str]] = {  # what each field is (and the help of its CLI flag)
         "segment_words": "words per training segment",
@@ -79,6 +81,7 @@ class PauseTrainConfig:
         "hidden": "width of the fusion's hidden layer",
         "engine": "the engine whose logits the fusion corrects",
         "workers": "processes that compute the text model's logits (each with its share of the cores)",
+        "device": "where one process computes the text model's logits: cpu, cuda, auto (with workers, cpu)",
     }
 
 
@@ -162,7 +165,7 @@ def train_pauses(cfg: PauseTrainConfig) -> dict:
     t0 = time.time()
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
-    model = PunctModel.load(cfg.model)
+    model = PunctModel.load(cfg.model, device=resolve_device(cfg.device))
     model.requires_grad_(False)
     pieces = WordPieces(Path(cfg.model) / "vocab.txt", model.cfg.max_pieces)
     texts = [normalize_labeled(*read_iwslt(path)) for path in cfg.train]
