@@ -81,7 +81,7 @@ class PauseTrainConfig:
         "hidden": "width of the fusion's hidden layer",
         "engine": "the engine whose logits the fusion corrects",
         "workers": "processes that compute the text model's logits (each with its share of the cores)",
-        "device": "where one process computes the text model's logits: cpu, cuda, auto (with workers, cpu)",
+        "device": "where the text model's logits are computed (cpu, cuda, auto); a GPU with one worker",
     }
 
 
@@ -162,6 +162,8 @@ def train_pauses(cfg: PauseTrainConfig) -> dict:
             f"{cfg.segments} segments with dev_share {cfg.dev_share} leave {n_dev} for dev and "
             f"{cfg.segments - n_dev} for training: both need at least one"
         )
+    if cfg.workers > 1 and resolve_device(cfg.device).type != "cpu":
+        raise InputError(f"--workers {cfg.workers} computes on the CPU; on {cfg.device}, use one process")
     t0 = time.time()
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)

@@ -262,6 +262,8 @@ def test_train_pauses_reads_the_continuation_only_with_the_recognisers_marks(tmp
     )  # fmt: skip
     with pytest.raises(InputError, match="both need at least one"):
         train_pauses(replace(cfg, segments=4))  # a fifth of 4 segments is none for dev
+    with pytest.raises(InputError, match="use one process"):
+        train_pauses(replace(cfg, workers=2, device="cuda"))  # worker processes compute on the CPU
     train_pauses(cfg)
     trained = Punctuator.load(tmp_path / "out", device="cpu")
     assert trained.model.cfg.pause_marks == marks and trained.model.cfg.pause_continued == marks
