@@ -17,11 +17,12 @@ from collections.abc import Sequence
 import torch
 
 from .engines import token_logits
+from .errors import InputError
 from .metrics import _prf
 from .punctuator import Punctuator
 from .text import LABEL_ID
 
-__all__ = ["LOOKAHEADS", "calibrate", "choose_window_from", "tune_offsets"]
+__all__ = ["LOOKAHEADS", "calibrate", "choose_window_from", "retune_offline", "tune_offsets"]
 
 LOOKAHEADS: tuple[int | None, ...] = (0, 1, 2, 3, 4, None)  # k = 4's offsets serve every larger k
 MODES = [("masked", k) for k in LOOKAHEADS] + [("window", k) for k in LOOKAHEADS if k is not None]
@@ -104,3 +105,20 @@ def calibrate(
     if window_from is not None:
         log(f"engine auto: masked below k={window_from}, window from k={window_from}")
     return report
+
+
+def retune_offline(p: Punctuator, tokens: Sequence[str], labels: Sequence[str]) -> tuple[list[float], float]:
+    """Tune the offline offsets alone on these dev tokens, keep every other one, and set them on
+    ``p.model``; returns the offsets and their dev micro-F1. For a model calibrated already, on
+    other words: a mix of dev sets whose balance suits the offline mode better."""
+    model = p.model
+    rows, window_rows = [list(row) for row in model.cfg.label_bias], model.cfg.window_bias
+    if not rows:
+        raise InputError("the model has no offsets to keep: calibrate every mode first")
+    model.set_label_bias(())  # tune on the plain logits
+    gold = torch.tensor([LABEL_ID[label] for label in labels])
+    logits = token_logits(model, p.pieces, tokens, None, tags=p.tags(tokens, None), engine="masked")
+    offsets, after = tune_offsets(logits, gold)
+    rows[-1] = offsets  # label_bias: k = 0 .. 4, then offline
+    model.set_label_bias(rows, window_rows)
+    return offsets, after

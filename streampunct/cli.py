@@ -104,7 +104,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Tune a checkpoint's decision offsets per lookahead on dev data; rewrites its config.json."""
-    from .calibrate import calibrate
+    from .calibrate import calibrate, retune_offline
     from .punctuator import Punctuator, checkpoint_dir
     from .text import normalize_labeled, read_iwslt
 
@@ -116,6 +116,22 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise EmptyInputError(f"no words in {args.dev}")
     folder = checkpoint_dir(args.model)
     p = Punctuator.load(folder, device=args.device)
+    if args.offline_only:
+        offsets, f1 = retune_offline(p, tokens, labels)
+        p.model.save_config(folder)
+        path = folder / "calibration.json"
+        summary = json.loads(path.read_text()) if path.is_file() else {}
+        retuned = {
+            "dev": Path(args.dev).name,
+            "words": len(tokens),
+            "offsets": offsets,
+            "dev_micro_f1": round(f1, 2),
+        }
+        path.write_text(json.dumps({**summary, "offline_retuned": retuned}, indent=2) + "\n")
+        print(
+            f"offline COMMA, PERIOD, QUESTION {offsets[1:]}: dev micro-F1 {f1:.2f}; wrote {folder / 'config.json'}"
+        )
+        return 0
     window_words = min(len(tokens), args.window_words or len(tokens))
     print(
         f"calibrating {folder} on {len(tokens):,} words of {args.dev} ({window_words:,} for the window engine)"
@@ -253,6 +269,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         help="the first N of them for the window engine, a pass per word (default: 20,000)",
     )
     p.add_argument("--device", default="auto")
+    p.add_argument(
+        "--offline-only",
+        action="store_true",
+        help="tune the offline offsets alone, keeping the others (calibration.json: offline_retuned)",
+    )
     p.set_defaults(run=cmd_calibrate)
 
     p = sub.add_parser("tag", help="POS tags of a word<TAB>LABEL file's tokens (.npy), for --tags in train")

@@ -100,19 +100,27 @@ def test_a_time_limit_decides_with_the_row_of_the_lookahead_it_had(biased, engin
     assert finals[0].label == LABELS[int((raw + torch.tensor(row, dtype=torch.float)).argmax())]
 
 
+def dev_file(path, text: str) -> list[str]:
+    """A word<TAB>LABEL file of ``text`` (a label name after a word marks it); returns its lines."""
+    lines: list[str] = []
+    for w in text.split():
+        if w in LABELS:
+            lines[-1] = lines[-1].split("\t")[0] + f"\t{w}"
+        else:
+            lines.append(f"{w}\tO")
+    path.write_text("\n".join(lines) + "\n")
+    return lines
+
+
 def test_calibrate_command_rewrites_the_config_only(tmp_path, capsys):
     ckpt = tmp_path / "ckpt"
     shutil.copytree(DEFAULT_CHECKPOINT, ckpt)
     weights = (ckpt / "model.safetensors").read_bytes()
     dev = tmp_path / "dev"
-    text = "so what did you do today QUESTION i went home PERIOD and then well i slept COMMA a lot PERIOD "
-    lines = []
-    for w in (text * 12).split():
-        if w in LABELS:
-            lines[-1] = lines[-1].split("\t")[0] + f"\t{w}"
-        else:
-            lines.append(f"{w}\tO")
-    dev.write_text("\n".join(lines) + "\n")
+    dev_file(
+        dev,
+        "so what did you do today QUESTION i went home PERIOD and then well i slept COMMA a lot PERIOD " * 12,
+    )
     assert main(["calibrate", "--dev", str(dev), "--model", str(ckpt), "--device", "cpu"]) == 0
     assert (ckpt / "model.safetensors").read_bytes() == weights
     cfg = json.loads((ckpt / "config.json").read_text())
@@ -130,6 +138,52 @@ def test_calibrate_command_rewrites_the_config_only(tmp_path, capsys):
     assert p.model.cfg.label_bias == tuple(tuple(r) for r in rows)
     assert p.model.cfg.window_bias == tuple(tuple(r) for r in window_rows)
     assert p.model.cfg.window_from == cfg["window_from"]
+
+
+def test_calibrate_offline_only_retunes_the_offline_offsets_and_keeps_the_rest(tmp_path, capsys):
+    """calibrate --offline-only: the offline row is tuned on the new dev words (what tune_offsets
+    makes of the plain offline logits), every other offset and the weights stay, and the report
+    keeps the full calibration beside offline_retuned."""
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(DEFAULT_CHECKPOINT, ckpt)
+    before = json.loads((ckpt / "config.json").read_text())
+    report_before = json.loads((ckpt / "calibration.json").read_text())
+    text = "well i think so COMMA but what about you QUESTION we left early PERIOD it rained PERIOD "
+    lines = dev_file(tmp_path / "dev", text * 15)
+    args = [
+        "calibrate",
+        "--dev",
+        str(tmp_path / "dev"),
+        "--model",
+        str(ckpt),
+        "--device",
+        "cpu",
+        "--offline-only",
+    ]
+    assert main(args) == 0
+    after = json.loads((ckpt / "config.json").read_text())
+    assert after["label_bias"][:-1] == before["label_bias"][:-1]
+    assert after["window_bias"] == before["window_bias"] and after["window_from"] == before["window_from"]
+    p = Punctuator.load(DEFAULT_CHECKPOINT, device="cpu")
+    p.model.set_label_bias(())
+    tokens = [line.split("\t")[0] for line in lines]
+    gold = torch.tensor([LABELS.index(line.split("\t")[1]) for line in lines])
+    offsets, f1 = tune_offsets(token_logits(p.model, p.pieces, tokens, None, engine="masked"), gold)
+    assert after["label_bias"][-1] == offsets
+    report = json.loads((ckpt / "calibration.json").read_text())
+    assert report["modes"] == report_before["modes"]
+    assert report["offline_retuned"] == {
+        "dev": "dev",
+        "words": len(tokens),
+        "offsets": offsets,
+        "dev_micro_f1": round(f1, 2),
+    }
+    tiny = tmp_path / "plain"
+    shutil.copytree(DEFAULT_CHECKPOINT, tiny)
+    plain = json.loads((tiny / "config.json").read_text())
+    (tiny / "config.json").write_text(json.dumps({**plain, "label_bias": [], "window_bias": []}))
+    assert main([*args[:4], str(tiny), *args[5:]]) != 0  # nothing calibrated to keep
+    assert "calibrate every mode first" in capsys.readouterr().err
 
 
 def test_window_from_is_where_the_window_engine_stays_ahead():
