@@ -63,6 +63,15 @@ def choose_window_from(masked: dict[int, float], window: dict[int, float]) -> in
     return ks[-1] + 1
 
 
+def _plain_logits(
+    p: Punctuator, tokens: Sequence[str], labels: Sequence[str], k: int | None, engine: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gold label ids of dev tokens and the model's logits for them at ``k`` under ``engine``
+    (whatever offsets the model holds: the callers clear them first)."""
+    gold = torch.tensor([LABEL_ID[label] for label in labels])
+    return gold, token_logits(p.model, p.pieces, tokens, k, tags=p.tags(tokens, k), engine=engine)
+
+
 def calibrate(
     p: Punctuator, tokens: Sequence[str], labels: Sequence[str], window_words: int | None = None, log=print
 ) -> list[dict[str, object]]:
@@ -79,8 +88,7 @@ def calibrate(
         if engine == "window" and model.cfg.n_tags:
             continue  # the window engine does not fuse tags
         n = len(tokens) if engine == "masked" else window_words or len(tokens)
-        gold = torch.tensor([LABEL_ID[label] for label in labels[:n]])
-        logits = token_logits(model, p.pieces, tokens[:n], k, tags=p.tags(tokens[:n], k), engine=engine)
+        gold, logits = _plain_logits(p, tokens[:n], labels[:n], k, engine)
         offsets, after = tune_offsets(logits, gold)
         before = _micro_f1(logits.argmax(-1), gold)
         rows[engine].append(offsets)
@@ -116,8 +124,7 @@ def retune_offline(p: Punctuator, tokens: Sequence[str], labels: Sequence[str]) 
     if not rows:
         raise InputError("the model has no offsets to keep: calibrate every mode first")
     model.set_label_bias(())  # tune on the plain logits
-    gold = torch.tensor([LABEL_ID[label] for label in labels])
-    logits = token_logits(model, p.pieces, tokens, None, tags=p.tags(tokens, None), engine="masked")
+    gold, logits = _plain_logits(p, tokens, labels, None, "masked")
     offsets, after = tune_offsets(logits, gold)
     rows[-1] = offsets  # label_bias: k = 0 .. 4, then offline
     model.set_label_bias(rows, window_rows)
