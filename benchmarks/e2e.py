@@ -37,9 +37,11 @@ runs whenever the recogniser is ready, as the server's AsrSession does. ``senten
 called, so the buffer is trimmed only past 25 s at the last committed word and the recogniser's
 words do not depend on the punctuator (live, streampunct's periods trim it sooner). Every pass's
 committed words are kept with the clock and its provisional words, then the words of
-``finish()``; the settings are kept too (``front_end``), and a recording streamed with other
-settings is streamed again. (b) faster-whisper offline with its own punctuation (beam 5, word
-timestamps) with tiny.en and base. All of it is JSON in --cache, one file per recording; a step
+``finish()``; the settings are kept too (``front_end``, and ``version``: STREAM_VERSION), and a
+recording streamed with other settings or an older recogniser is streamed again. Since the
+recogniser's passes decode once and greedily, a recording streams to the same words every run.
+(b) faster-whisper offline with its own punctuation (beam 5, word timestamps, and its default
+temperature fallback, so these words can move between runs) with tiny.en and base. All of it is JSON in --cache, one file per recording; a step
 already there is not run again (``--force`` reruns).
 
 ``score`` replays each recording's committed batches into a fresh ``PunctStream`` per
@@ -107,6 +109,10 @@ TURN_GAP_S = (0.3, 0.8)  # silence between conversation turns
 TARGET_S = 300.0  # length of each synthetic recording
 MONOLOGUE_WORDS = 800
 STREAM_ASR = "tiny.en"
+# The streaming recogniser's code, where it changes what a stream hears without a setting: 2 since
+# its passes decode once, with no temperature fallback (2026-11-26; before it, 1, the same audio
+# streamed twice could give other words). ``record`` streams again a recording streamed before.
+STREAM_VERSION = 2
 OFFLINE_ASR = ("tiny.en", "base")
 WORDS = ("streamed", *(f"offline:{a}" for a in OFFLINE_ASR), "reference")  # score --words
 SETS = {
@@ -477,6 +483,7 @@ def stream_asr(model, audio: np.ndarray, options: dict) -> dict:
     final = {"clock": round(clock, 3), "asr_clock": round(clock, 3), "words": _words(rec.finish())}
     return {
         "model": STREAM_ASR,
+        "version": STREAM_VERSION,
         "chunk_s": CHUNK_S,
         "prompt": options["prompt"],
         "front_end": options,
@@ -569,8 +576,8 @@ def recognise(
     context_s: float | None = ASR_DEFAULTS["context_s"],
 ) -> None:
     """Each recogniser over every recording it has not recognised yet (the streaming one also over
-    those streamed with settings other than the server's): the streaming one, then each offline
-    one (one model loaded at a time)."""
+    those streamed with settings other than the server's or by another STREAM_VERSION): the
+    streaming one, then each offline one (one model loaded at a time)."""
     names = [p.stem for p in sorted(cache.glob("*.json"))]
     options = asr_options(prompt=prompt, context_s=context_s)
     streaming = functools.partial(stream_asr, options=options)
@@ -581,7 +588,12 @@ def recognise(
             path = cache / f"{name}.json"
             rec = json.loads(path.read_text())
             done = rec[kind].get(asr)
-            if force or done is None or (kind == "streaming" and done.get("front_end") != options):
+            stale = (
+                kind == "streaming"
+                and done is not None
+                and (done.get("front_end") != options or done.get("version", 1) != STREAM_VERSION)
+            )
+            if force or done is None or stale:
                 model = model or whisper(asr)
                 rec[kind][asr] = run(model, read_wav(Path(rec["wav"])))
                 _save(path, rec)

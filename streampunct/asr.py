@@ -41,6 +41,16 @@ pass). With ``encoder_pad_s`` the encoder reads the buffer and that much of the 
 (at least ``MIN_WINDOW_S``): :func:`encoder_window`. And a pass writes at most
 ``MAX_TOKENS_PER_S`` tokens a second of its audio, so that a hypothesis that loops ends early.
 
+One decode a pass. By default faster-whisper decodes a window again, sampling at rising
+temperatures (0.2 to 1.0, five samples each), when a decode repeats itself or its mean
+log-probability is low. In a stream that fallback fires where it costs most: on unintelligible
+speech (espeak-ng speech played backwards) on 16 to 21 of about 30 passes, each then decoding up to
+six times, and the samples differ from run to run, so that the same audio streamed twice gave
+other words (on the end-to-end benchmark's monologue 32 decodes of 678 fell back, and two runs of
+it scored 64.5 and 70.8 micro-F1 behind streampunct). The passes decode once, greedily
+(``temperature=0``): the same audio on the same clock gives the same words, and the backwards
+speech took a third of the time (docs/latency.md).
+
 Falling behind. Recognition is *behind* when audio that is due has waited more than ``max_lag_s``
 (default 8 s) without being recognised. Audio is due once real time has reached it: the caller
 passes its clock as ``now`` to ``feed()`` and ``process()``, and audio at stream time ``t`` is due
@@ -467,6 +477,7 @@ class StreamingRecognizer:
                 word_timestamps=True,
                 vad_filter=True,
                 beam_size=self.beam_size,
+                temperature=0.0,  # one decode a pass, the same words every run: no fallback
                 condition_on_previous_text=False,
                 max_new_tokens=math.ceil(MAX_TOKENS_PER_S * seconds) + 10,
             )

@@ -247,3 +247,29 @@ def test_a_shorter_encoder_window_hears_the_same_sentences(tmp_path):
         assert "encode" not in vars(model)
     assert heard[shipped] == heard[None]
     assert len(set(heard[shipped]) & set(words_of(text))) >= len(set(words_of(text))) - 2
+
+
+@needs_espeak
+def test_unintelligible_speech_gives_the_same_words_every_run(tmp_path):
+    """Speech played backwards passes the voice activity detector and makes Whisper guess. A pass
+    decodes once and greedily, never again by sampling at a higher temperature (faster-whisper's
+    fallback), so that two recognisers over the same audio commit the same words."""
+    from streampunct.asr import SAMPLE_RATE, StreamingRecognizer, load_whisper
+
+    wav = tmp_path / "backwards.wav"
+    subprocess.run(
+        ["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(wav), " ".join(SENTENCES[:2])], check=True
+    )
+    audio = load_audio(str(wav))[::-1].copy()
+    model = load_whisper("tiny.en", "cpu")
+    heard = []
+    for _ in range(2):
+        rec = StreamingRecognizer(model, min_chunk_s=0.5)
+        committed = []
+        for start in range(0, len(audio), SAMPLE_RATE // 2):
+            rec.feed(audio[start : start + SAMPLE_RATE // 2])
+            while rec.ready():
+                committed += rec.process().committed
+        heard.append([(w.text, w.start, w.end) for w in committed + rec.finish()])
+    assert heard[0], "Whisper guesses words in backwards speech"
+    assert heard[1] == heard[0]

