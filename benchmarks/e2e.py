@@ -41,8 +41,9 @@ committed words are kept with the clock and its provisional words, then the word
 recording streamed with other settings or an older recogniser is streamed again. Since the
 recogniser's passes decode once and greedily, a recording streams to the same words every run.
 (b) faster-whisper offline with its own punctuation (beam 5, word timestamps, and its default
-temperature fallback, so these words can move between runs) with tiny.en and base. All of it is JSON in --cache, one file per recording; a step
-already there is not run again (``--force`` reruns).
+temperature fallback, so these words can move between runs) with tiny.en and base. All of it is
+JSON in --cache, one file per recording; a step already there is not run again (``--force``
+reruns).
 
 ``score`` replays each recording's committed batches into a fresh ``PunctStream`` per
 configuration (model x lookahead x pauses; ``push(words, now=clock, tentative=provisional)``, as

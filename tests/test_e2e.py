@@ -222,6 +222,19 @@ def test_the_end_of_speech_commits_the_recognisers_guess(tmp_path):
     assert held.committed == [] and held.provisional and not held.pass_.end_of_speech
 
 
+def streamed(rec, audio: np.ndarray) -> list:
+    """Every word ``rec`` commits over ``audio`` fed in half-second chunks, a pass whenever it is
+    ready, then ``finish()``'s."""
+    from streampunct.asr import SAMPLE_RATE
+
+    committed = []
+    for start in range(0, len(audio), SAMPLE_RATE // 2):
+        rec.feed(audio[start : start + SAMPLE_RATE // 2])
+        while rec.ready():
+            committed += rec.process().committed
+    return committed + rec.finish()
+
+
 @needs_espeak
 def test_a_shorter_encoder_window_hears_the_same_sentences(tmp_path):
     """With the server's ``encoder_pad_s`` Whisper's encoder reads the buffer and that much silence
@@ -238,12 +251,7 @@ def test_a_shorter_encoder_window_hears_the_same_sentences(tmp_path):
     shipped = asr_options()["encoder_pad_s"]
     for pad in (None, shipped):
         rec = StreamingRecognizer(model, min_chunk_s=0.5, encoder_pad_s=pad)
-        committed = []
-        for start in range(0, len(audio), SAMPLE_RATE // 2):
-            rec.feed(audio[start : start + SAMPLE_RATE // 2])
-            while rec.ready():
-                committed += rec.process().committed
-        heard[pad] = words_of(" ".join(w.text for w in committed + rec.finish()))
+        heard[pad] = words_of(" ".join(w.text for w in streamed(rec, audio)))
         assert "encode" not in vars(model)
     assert heard[shipped] == heard[None]
     assert len(set(heard[shipped]) & set(words_of(text))) >= len(set(words_of(text))) - 2
@@ -254,7 +262,7 @@ def test_unintelligible_speech_gives_the_same_words_every_run(tmp_path):
     """Speech played backwards passes the voice activity detector and makes Whisper guess. A pass
     decodes once and greedily, never again by sampling at a higher temperature (faster-whisper's
     fallback), so that two recognisers over the same audio commit the same words."""
-    from streampunct.asr import SAMPLE_RATE, StreamingRecognizer, load_whisper
+    from streampunct.asr import StreamingRecognizer, load_whisper
 
     wav = tmp_path / "backwards.wav"
     subprocess.run(
@@ -264,12 +272,7 @@ def test_unintelligible_speech_gives_the_same_words_every_run(tmp_path):
     model = load_whisper("tiny.en", "cpu")
     heard = []
     for _ in range(2):
-        rec = StreamingRecognizer(model, min_chunk_s=0.5)
-        committed = []
-        for start in range(0, len(audio), SAMPLE_RATE // 2):
-            rec.feed(audio[start : start + SAMPLE_RATE // 2])
-            while rec.ready():
-                committed += rec.process().committed
-        heard.append([(w.text, w.start, w.end) for w in committed + rec.finish()])
+        words = streamed(StreamingRecognizer(model, min_chunk_s=0.5), audio)
+        heard.append([(w.text, w.start, w.end) for w in words])
     assert heard[0], "Whisper guesses words in backwards speech"
     assert heard[1] == heard[0]

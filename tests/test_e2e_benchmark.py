@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from benchmarks.e2e import (
+    SAMPLE_RATE,
     STREAM_VERSION,
     align,
     compare,
@@ -158,7 +159,7 @@ def test_record_streams_again_what_an_older_recogniser_streamed(tmp_path):
     is streamed again; one made by the current recogniser with the server's settings is kept."""
     from server.app import asr_options
 
-    write_wav(tmp_path / "a.wav", np.zeros(2 * 16000, dtype=np.float32))
+    write_wav(tmp_path / "a.wav", np.zeros(2 * SAMPLE_RATE, dtype=np.float32))
     kept = {"front_end": asr_options(), "batches": "kept", "final": {"words": []}}
     for name, stream in (("old", {**kept, "batches": "old"}), ("new", {**kept, "version": STREAM_VERSION})):
         rec = {"name": name, "wav": str(tmp_path / "a.wav"), "streaming": {"tiny.en": stream}, "offline": {}}
