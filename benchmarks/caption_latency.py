@@ -59,19 +59,20 @@ def _flags(
     settle: str = "off",
     settle_unsure: str = "off",
     context: str = "off",
+    beam: str = "1",
 ) -> str:
     """A front end's ``serve`` flags, every one given, so that a front end stays what it was measured
     as when the server's defaults change; ``pad`` and ``settle`` came on 2026-11-25 (off: a 30 s
     encoder window and no settling, as before them), ``settle_unsure`` the same evening (off: an
     unsure word settles as a sure one), ``context`` on 2026-11-26 (off: an agreed word goes out at
-    once, with the mark of the pass that agreed on it)."""
+    once, with the mark of the pass that agreed on it), ``beam`` on 2026-11-26 too (1: greedy)."""
     flags = f"--asr-chunk-s {chunk} --asr-buffer-s {buffer} --asr-confident {confident} "
     flags += f"--asr-end-of-speech-s {end_of_speech}"
     flags += f" --provisional-lookahead {lookahead}"
     flags += f" --asr-prompt {prompt}"
     flags += f" --asr-encoder-pad-s {pad} --asr-settle-after-s {settle}"
     flags += f" --asr-settle-unsure-after-s {settle_unsure}"
-    return flags + f" --asr-context-s {context}"
+    return flags + f" --asr-context-s {context} --asr-beam {beam}"
 
 
 # Front-end settings: the server's flags. "today" is the front end before issue 19; "today", "fast",
@@ -92,6 +93,7 @@ FRONTENDS: dict[str, str] = {
     "pad12-no-settle": _flags(prompt="off", pad="12", settle="off"),
     "unsure2": _flags(prompt="off", pad="12", settle="1", settle_unsure="2"),
     "held": _flags(prompt="off", pad="12", settle="1", settle_unsure="2", context="0.5"),
+    "beam5": _flags(prompt="off", pad="12", settle="1", settle_unsure="2", beam="5"),
     "live": _flags(buffer="6", confident="0.7"),
     "live-agree": _flags(buffer="6"),
 }

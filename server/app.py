@@ -69,6 +69,7 @@ ASR_DEFAULTS: dict[str, Any] = {
     "settle_unsure_after_s": 2.0,
     "encoder_pad_s": 12.0,
     "context_s": None,
+    "beam_size": 1,
     "prompt": "off",
     "provisional_lookahead": "on",
 }
@@ -785,6 +786,7 @@ def asr_options(
     settle_unsure_after_s: float | None = ASR_DEFAULTS["settle_unsure_after_s"],
     encoder_pad_s: float | None = ASR_DEFAULTS["encoder_pad_s"],
     context_s: float | None = ASR_DEFAULTS["context_s"],
+    beam_size: int = ASR_DEFAULTS["beam_size"],
 ) -> dict[str, Any]:
     """StreamingRecognizer's settings from the server's ``--asr-*`` flags."""
     return {
@@ -798,6 +800,7 @@ def asr_options(
         "settle_unsure_after_s": settle_unsure_after_s,
         "encoder_pad_s": encoder_pad_s,
         "context_s": context_s,
+        "beam_size": beam_size,
     }
 
 
@@ -877,6 +880,12 @@ def main(argv: list[str] | None = None) -> int:
         "that pass wrote it: a mark written at the end of what was heard is taken back (or off; "
         "default %(default)s)",
     )
+    ap.add_argument(
+        "--asr-beam",
+        type=int,
+        default=ASR_DEFAULTS["beam_size"],
+        help="beams each recognition pass decodes with (1: greedy; default %(default)s)",
+    )
     switches = (  # on/off flags: (flag, ASR_DEFAULTS key, help)
         ("--asr-prompt", "prompt", "each recognition pass sees the committed text before its audio as "
          "Whisper's prompt"),
@@ -910,6 +919,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if bool(args.certfile) != bool(args.keyfile):
         ap.error("--certfile and --keyfile go together")
+    if args.asr_beam < 1:
+        ap.error(f"--asr-beam must be 1 or more, not {args.asr_beam}")
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
@@ -935,6 +946,7 @@ def main(argv: list[str] | None = None) -> int:
                 settle_unsure_after_s=args.asr_settle_unsure_after_s,
                 encoder_pad_s=args.asr_encoder_pad_s,
                 context_s=args.asr_context_s,
+                beam_size=args.asr_beam,
             )
             app = App(
                 punctuator,

@@ -334,19 +334,21 @@ class PunctStream:
         return events
 
     def _provisional(self) -> list[PunctEvent]:
-        """A label for each word not final yet (its last token's), when it changed."""
+        """A label for each word not final yet (its last token's), when it changed. Tentative
+        words get none, and no model work: a guess may be longer than the model's window."""
         last_tokens = [
             t
             for t in range(self._final_tokens, self._n_tokens)
-            if t + 1 == self._n_tokens
-            or self._tok_word[t + 1 - self._tok_base] != self._tok_word[t - self._tok_base]
+            if self._tok_word[t - self._tok_base] < self.n_words
+            and (
+                t + 1 == self._n_tokens
+                or self._tok_word[t + 1 - self._tok_base] != self._tok_word[t - self._tok_base]
+            )
         ]
         events = []
         logits = self._engine.provisional(last_tokens, self._final_tokens)
         for t, row in zip(last_tokens, logits):
             i = self._tok_word[t - self._tok_base]
-            if i >= self.n_words:
-                break  # tentative words get no events
             label = self._label(t, self._n_tokens - 1 - t, row)
             if self._shown.get(i) != LABELS[label]:
                 self._shown[i] = LABELS[label]

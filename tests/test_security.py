@@ -199,6 +199,14 @@ def test_a_bad_certificate_is_one_line_at_start(tmp_path):
     assert done.returncode == 2 and "error: cannot use" in done.stderr
 
 
+def test_a_beam_under_one_is_refused_at_start(capsys):
+    from server.app import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--asr-beam", "0"])
+    assert stopped.value.code == 2 and "--asr-beam must be 1 or more" in capsys.readouterr().err
+
+
 # --- limits ------------------------------------------------------------------------------------
 
 

@@ -137,6 +137,23 @@ def test_tentative_words_are_lookahead_only(tiny, engine):
     ]
 
 
+@ENGINES
+def test_a_guess_longer_than_the_window_is_lookahead_all_the_same(tiny, engine):
+    """A recogniser whose decoding loops guesses a hundred words and more after the committed ones
+    (seen in a stream of an earnings call: "see you next time," 25 times over). The guess is
+    lookahead like any other, longer than the model's window or not: the words before it are
+    decided as predict() decides them, no event names a guessed word, and the stream goes on."""
+    words, loop = varied_words(10, seed=3), "see you next time,".split() * 60
+    s = tiny.stream(lookahead=2, engine=engine)
+    events = s.push(words, tentative=loop)
+    assert {e.index for e in events} <= set(range(10))
+    final = {e.index: e.label for e in events if e.final}
+    assert [final.get(i) for i in range(10)] == tiny.predict(words + loop, lookahead=2, engine=engine)[:10]
+    more = varied_words(4, seed=4)
+    events = s.push(more, tentative=loop) + s.finish()
+    assert [e.label for e in events if e.final] == tiny.predict(words + more + loop, 2, engine)[10:14]
+
+
 def test_empty_words_are_final_in_order(tiny):
     s = tiny.stream(lookahead=1)
     events = s.push(["hello", "--", "..."])

@@ -81,7 +81,7 @@ class StreamMachine(RuleBasedStateMachine):
     engines = ("masked", "window")
     lookaheads = (0, 1, 2, 3, 4, 64)
     delays = (None, 0.0, 300.0, 1500.0)
-    guesses = (0, 0, 1, 2, 3)  # tentative words after a push
+    guesses = (0, 0, 1, 2, 3, 40)  # tentative words after a push (40: a loop, longer than the window)
 
     @initialize(data=st.data())
     def open(self, data):
