@@ -16,7 +16,9 @@ lookahead=k)`` word for word. How a label is computed is the engine's business
 
 A push may also carry the recogniser's current guess after its words (``tentative``): lookahead
 for the words before it, never final, replaced by the next call. Their marks become final sooner,
-decided on that guess (docs/latency.md measures what it costs).
+decided on that guess (docs/latency.md measures what it costs). Only its first k tokens can be
+lookahead, so the stream keeps no more of it: the rest of a guess (a looping recogniser's can
+fill its buffer) only moves the clock.
 
 Lookahead counts the model's tokens, which are IWSLT words: a recogniser word such as "don't" is
 two of them ("do n't"), and "--" is none (it is labelled O).
@@ -206,9 +208,15 @@ class PunctStream:
             words = [self._as_word(w) for w in call.words]
             tentative = [self._as_word(w) for w in call.tentative]
             self._drop_tentative()
-            for w in words + tentative:
+            for w in words:
                 self._add(w)
-            self._tentative = len(tentative)
+            first = self._n_tokens
+            for w in tentative:
+                if self._n_tokens - first < self.policy.words:
+                    self._add(w)
+                    self._tentative += 1
+                elif w.time is not None:  # lookahead enough: model work for nothing past it
+                    self._clock = max(self._clock, w.time)
         elif isinstance(call, Revise):
             words = [self._as_word(w) for w in call.words]
             index = call.index
