@@ -47,9 +47,9 @@ log-probability is low. In a stream that fallback fires where it costs most: on 
 speech (espeak-ng speech played backwards) on 16 to 21 of about 30 passes, each then decoding up to
 six times, and the samples differ from run to run, so that the same audio streamed twice gave
 other words (on the end-to-end benchmark's monologue 32 decodes of 678 fell back, and two runs of
-it scored 64.5 and 70.8 micro-F1 behind streampunct). The passes decode once, greedily
-(``temperature=0``): the same audio on the same clock gives the same words, and the backwards
-speech took a third of the time (docs/latency.md).
+it scored 64.5 and 70.8 micro-F1 behind streampunct). The passes decode once, at
+``temperature=0`` (greedily with the default ``beam_size`` of 1): the same audio on the same clock
+gives the same words, and the backwards speech took a third of the time (docs/latency.md).
 
 Falling behind. Recognition is *behind* when audio that is due has waited more than ``max_lag_s``
 (default 8 s) without being recognised. Audio is due once real time has reached it: the caller

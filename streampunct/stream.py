@@ -342,16 +342,13 @@ class PunctStream:
         return events
 
     def _provisional(self) -> list[PunctEvent]:
-        """A label for each word not final yet (its last token's), when it changed. Tentative
-        words get none, and no model work: a guess may be longer than the model's window."""
+        """A label for each committed word not final yet (its last token's), when it changed;
+        tentative words get none, and no model work."""
+        end = self._first_token_of(self.n_words)  # where the committed words' tokens end
         last_tokens = [
             t
-            for t in range(self._final_tokens, self._n_tokens)
-            if self._tok_word[t - self._tok_base] < self.n_words
-            and (
-                t + 1 == self._n_tokens
-                or self._tok_word[t + 1 - self._tok_base] != self._tok_word[t - self._tok_base]
-            )
+            for t in range(self._final_tokens, end)
+            if t + 1 == end or self._tok_word[t + 1 - self._tok_base] != self._tok_word[t - self._tok_base]
         ]
         events = []
         logits = self._engine.provisional(last_tokens, self._final_tokens)
