@@ -69,6 +69,7 @@ ASR_DEFAULTS: dict[str, Any] = {
     "settle_unsure_after_s": 2.0,
     "encoder_pad_s": 12.0,
     "context_s": None,
+    "agree_after_s": 0.3,
     "beam_size": 1,
     "prompt": "off",
     "provisional_lookahead": "on",
@@ -786,6 +787,7 @@ def asr_options(
     settle_unsure_after_s: float | None = ASR_DEFAULTS["settle_unsure_after_s"],
     encoder_pad_s: float | None = ASR_DEFAULTS["encoder_pad_s"],
     context_s: float | None = ASR_DEFAULTS["context_s"],
+    agree_after_s: float | None = ASR_DEFAULTS["agree_after_s"],
     beam_size: int = ASR_DEFAULTS["beam_size"],
 ) -> dict[str, Any]:
     """StreamingRecognizer's settings from the server's ``--asr-*`` flags."""
@@ -800,6 +802,7 @@ def asr_options(
         "settle_unsure_after_s": settle_unsure_after_s,
         "encoder_pad_s": encoder_pad_s,
         "context_s": context_s,
+        "agree_after_s": agree_after_s,
         "beam_size": beam_size,
     }
 
@@ -850,6 +853,14 @@ def main(argv: list[str] | None = None) -> int:
         default=ASR_DEFAULTS["end_of_speech_s"],
         help="silence (s) after the last word that commits the recogniser's whole guess (or off; "
         "default %(default)s)",
+    )
+    ap.add_argument(
+        "--asr-agree-after-s",
+        type=number_or_off,
+        default=ASR_DEFAULTS["agree_after_s"],
+        help="audio (s) the earlier of two agreeing passes must have heard after a word for their agreement "
+        "to commit it: a word cut at the end of a pass is misread alike by the next (or off; default "
+        "%(default)s)",
     )
     ap.add_argument(
         "--asr-settle-after-s",
@@ -946,6 +957,7 @@ def main(argv: list[str] | None = None) -> int:
                 settle_unsure_after_s=args.asr_settle_unsure_after_s,
                 encoder_pad_s=args.asr_encoder_pad_s,
                 context_s=args.asr_context_s,
+                agree_after_s=args.asr_agree_after_s,
                 beam_size=args.asr_beam,
             )
             app = App(

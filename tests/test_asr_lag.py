@@ -222,11 +222,13 @@ class MarksTheEnd(ReadsTheSignal):
     """As Whisper at the end of what it has heard: every word that ended less than 0.8 s before
     the end of the pass's audio gets a period, which a pass that hears more takes back."""
 
+    suffix = "."
+
     def transcribe(self, audio: np.ndarray, **options):
         segments, info = super().transcribe(audio, **options)
         for w in segments[0].words:
             if w.end > len(audio) / SAMPLE_RATE - 0.8:
-                w.word += "."
+                w.word += self.suffix
         return segments, info
 
 
@@ -249,6 +251,33 @@ def test_an_agreed_word_is_held_until_context_s_follows_it_and_goes_out_as_resta
     assert (periods == []) if (context_s or 0) >= 0.8 else periods
     committed += rec.finish()
     assert [int(w.text.rstrip(".")[1:]) for w in committed] == list(range(20))
+
+
+class MisreadsTheEdge(MarksTheEnd):
+    """As Whisper on a word at the end of what it has heard ("maybe" for "may be"): a word that
+    less than 0.8 s of the pass's audio follows is misread ("w3x"), the same way on each pass."""
+
+    suffix = "x"
+
+
+@pytest.mark.parametrize("agree_after_s", [None, 0.3])
+def test_two_passes_agree_on_a_word_only_once_the_earlier_heard_audio_after_it(agree_after_s):
+    """Half a second apart, two passes misread a word cut at the end of their audio alike, and
+    LocalAgreement-2 commits the misreading. With ``agree_after_s`` the earlier pass must have
+    heard that much audio after the word: the misreadings never agree, the right reading does,
+    two passes later; nothing is lost or repeated."""
+    rec = StreamingRecognizer(MisreadsTheEdge(), min_chunk_s=0.5, agree_after_s=agree_after_s)
+    committed = []
+    for step in range(20):  # word k ends 0.5 (step - k) + 0.1 s before the audio heard
+        rec.feed(speech(step / 2, step / 2 + 0.5))
+        new = rec.process().committed
+        # agreed by the pass after the word's first sight, or (agree_after_s) two passes later
+        assert len(new) == (step >= 1 if agree_after_s is None else step >= 3)
+        committed += new
+    misread = [w.text.endswith("x") for w in committed]
+    assert misread == [agree_after_s is None] * len(committed)
+    committed += rec.finish()
+    assert [int(w.text.rstrip("x")[1:]) for w in committed] == list(range(20))
 
 
 class Encodes(ReadsTheSignal):
@@ -399,10 +428,21 @@ def test_resume_must_be_shorter_than_the_lag():
     resume_s=st.floats(0.0, 2.9),
     settle_after_s=st.none() | st.floats(0.0, 5.0),
     context_s=st.none() | st.floats(0.0, 3.0),
+    agree_after_s=st.none() | st.floats(0.0, 2.0),
 )
 # found by this test: settling at 0 s committed a word cut at the buffer's end, then its rest again
-@example(pass_s=1.625, seconds=26.0, max_lag_s=3.0, resume_s=0.0, settle_after_s=0.0, context_s=None)
-def test_any_pace_keeps_the_stream_in_order(pass_s, seconds, max_lag_s, resume_s, settle_after_s, context_s):
+@example(
+    pass_s=1.625,
+    seconds=26.0,
+    max_lag_s=3.0,
+    resume_s=0.0,
+    settle_after_s=0.0,
+    context_s=None,
+    agree_after_s=None,
+)
+def test_any_pace_keeps_the_stream_in_order(
+    pass_s, seconds, max_lag_s, resume_s, settle_after_s, context_s, agree_after_s
+):
     rec, committed = simulate(
         pass_s,
         seconds,
@@ -410,6 +450,7 @@ def test_any_pace_keeps_the_stream_in_order(pass_s, seconds, max_lag_s, resume_s
         resume_s=resume_s,
         settle_after_s=settle_after_s,
         context_s=context_s,
+        agree_after_s=agree_after_s,
     )
     check_stream(rec, committed)
     assert rec.unprocessed == 0 and rec.duration == pytest.approx(np.ceil(seconds / 0.25) * 0.25)
