@@ -147,10 +147,8 @@ class LocalAgreement:
       of p95 (docs/latency.md).
 
     ``agree_after_s``: two hypotheses' agreement commits a word only where the earlier of them
-    had heard at least this much audio after it (None: any agreement commits). Whisper misreads a
-    word at the end of what it has heard ("maybe" for "may be", "they" for "their") and, on half a
-    second more, often misreads it the same way: two passes agree on the word before either heard
-    what follows it (docs/latency.md).
+    had heard at least this much audio after it (None: any agreement commits); why: the module
+    docstring, "Agreement after audio".
 
     ``context_s``: a word agreed on is *held* until a pass has heard this much audio after it
     (None: released at once), and goes out as the latest pass that restated it wrote it. Whisper

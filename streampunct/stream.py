@@ -215,8 +215,8 @@ class PunctStream:
                 if self._n_tokens - first < self.policy.words:
                     self._add(w)
                     self._tentative += 1
-                elif w.time is not None:  # lookahead enough: model work for nothing past it
-                    self._clock = max(self._clock, w.time)
+                else:  # lookahead enough: model work for nothing past it
+                    self._hear(w)
         elif isinstance(call, Revise):
             words = [self._as_word(w) for w in call.words]
             index = call.index
@@ -284,6 +284,10 @@ class PunctStream:
             self._engine.append(token, pieces)
             self._tok_word.append(index)
             self._n_tokens += 1
+        self._hear(w)
+
+    def _hear(self, w: Word) -> None:
+        """Move the clock to the word's time (a word without one leaves it)."""
         if w.time is not None:
             self._clock = max(self._clock, w.time)
 
