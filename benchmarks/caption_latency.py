@@ -1,7 +1,7 @@
 """Caption latency, live, with its breakdown: audio streamed at real-time speed through a real server.
 
     python benchmarks/caption_latency.py --audio ../shared/data/audio --e2e-cache ../e2e_cache \\
-        [--frontends today,fast] [--model default] [--asr-model tiny.en] [--lookahead 2]
+        [--frontends today,fast] [--model default] [--asr-model tiny.en] [--lookahead 2] [--runs 3]
 
 For each front-end setting (the server's ``--asr-*`` flags, FRONTENDS) a ``streampunct serve``
 process is started with debug logs, and each input is streamed to ``/v1/asr`` at real-time speed
@@ -18,6 +18,9 @@ hypothesis that shows the word (provisional or committed), its commit by the rec
 its final punctuation sent by the server (debug log) and received. The caption line that contains
 it is reported too (``caption_s``: a finished line waits for the words after it). Per
 recognition pass: its time and real-time factor (debug log).
+
+Live runs of the same audio differ, as the passes fall at other moments: ``--runs N`` measures
+each front end N times, interleaved, and reports the words of all runs pooled, each run beside.
 
 Accuracy on the same run: WER (jiwer, on normalised tokens) and punctuation micro-F1, with the
 reference marks aligned onto the recognised words by edit distance (benchmarks/e2e.py).
@@ -241,7 +244,9 @@ def summarise(words: list[dict[str, Any]], passes: list[dict], parts: list[dict]
 
 def run_frontend(
     name: str, flags: list[str], inputs: list[dict], args: argparse.Namespace, logdir: Path
-) -> dict:
+) -> tuple[dict[str, dict[str, list]], list[dict]]:
+    """One run of a front end: a server of its own, every input streamed through it. Per set, its
+    words, passes and per-input accuracy (for :func:`summarise`); and each stream's timeline."""
     log = logdir / f"{name}.log"
     cmd = [sys.executable, "-m", "server.app", "--port", "0", "--preload-asr", "--device", "cpu"]
     cmd += ["--model", args.model, "--asr-model", args.asr_model, "--log-level", "debug", *flags]
@@ -285,14 +290,47 @@ def run_frontend(
         finally:
             server.terminate()
             server.wait(timeout=60)
-    out = {
-        "flags": flags,
-        "sets": {k: summarise(v["words"], v["passes"], v["parts"]) for k, v in by_set.items()},
-    }
-    if args.timelines:
-        path = Path(args.timelines) / f"{name}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"frontend": name, "flags": flags, "streams": timelines}))
+    return by_set, timelines
+
+
+def measure(names: list[str], inputs: list[dict], args: argparse.Namespace) -> dict[str, dict]:
+    """Each front end ``args.runs`` times, the runs interleaved (every front end once, then again)
+    so that a slow spell of the machine falls on all of them alike. A set's summary pools the words
+    of every run; with several runs, each run's own WER, F1 and latency stand beside it (``runs``):
+    live runs of the same audio differ, as passes fall at other moments."""
+    raw: dict[str, list[dict[str, dict[str, list]]]] = {name: [] for name in names}
+    timelines: dict[str, list[dict]] = {name: [] for name in names}
+    with tempfile.TemporaryDirectory() as tmp:
+        for run in range(args.runs):
+            for name in names:
+                print(f"front end {name}, run {run + 1} of {args.runs}: {FRONTENDS[name]}", flush=True)
+                by_set, streams = run_frontend(name, FRONTENDS[name].split(), inputs, args, Path(tmp))
+                raw[name].append(by_set)
+                timelines[name] += [{**s, "run": run} for s in streams]
+    out = {}
+    for name, runs in raw.items():
+        sets = {}
+        for set_name in runs[0]:
+            pooled = {k: [x for r in runs for x in r[set_name][k]] for k in ("words", "passes", "parts")}
+            sets[set_name] = summarise(pooled["words"], pooled["passes"], pooled["parts"])
+            if len(runs) > 1:
+                sets[set_name]["runs"] = [
+                    {
+                        k: v
+                        for k, v in summarise(
+                            r[set_name]["words"], r[set_name]["passes"], r[set_name]["parts"]
+                        ).items()
+                        if k in ("latency_s", "wer", "micro_f1")
+                    }
+                    for r in runs
+                ]
+        out[name] = {"flags": FRONTENDS[name].split(), "runs": len(runs), "sets": sets}
+        if args.timelines:
+            path = Path(args.timelines) / f"{name}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(
+                json.dumps({"frontend": name, "flags": out[name]["flags"], "streams": timelines[name]})
+            )
     return out
 
 
@@ -361,6 +399,9 @@ def main() -> None:
     ap.add_argument("--asr-model", default="tiny.en")
     ap.add_argument("--lookahead", type=int, default=2)
     ap.add_argument("--max-delay-ms", type=float, default=1500)
+    ap.add_argument(
+        "--runs", type=int, default=1, help="measure each front end this many times, interleaved (pooled)"
+    )
     ap.add_argument("--timelines", default=None, help="folder for the streams' timelines (for latency_f1.py)")
     ap.add_argument("--out", default="caption_latency.json")
     ap.add_argument("--docs", action="store_true", help="write the tables into docs/latency.md")
@@ -397,16 +438,17 @@ def main() -> None:
         "max_delay_ms": args.max_delay_ms,
         "frontends": {},
     }
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in args.frontends.split(","):
-            print(f"front end {name}: {FRONTENDS[name]}", flush=True)
-            payload["frontends"][name] = run_frontend(name, FRONTENDS[name].split(), inputs, args, Path(tmp))
-            for set_name, s in payload["frontends"][name]["sets"].items():
-                print(
-                    f"{name} {set_name}: latency median {s['latency_s']['median']:.2f} s p95 {s['latency_s']['p95']:.2f} s; "
-                    f"WER {s['wer']:.1f}; micro-F1 {s['micro_f1']:.1f}; {s['breakdown_s']}",
-                    flush=True,
-                )
+    payload["frontends"] = measure(args.frontends.split(","), inputs, args)
+    for name, fe in payload["frontends"].items():
+        for set_name, s in fe["sets"].items():
+            spread = [(r["wer"], r["micro_f1"]) for r in s.get("runs", [])]
+            print(
+                f"{name} {set_name}: latency median {s['latency_s']['median']:.2f} s p95 {s['latency_s']['p95']:.2f} s; "
+                f"WER {s['wer']:.1f}; micro-F1 {s['micro_f1']:.1f}"
+                + (f" (runs: WER, F1 {spread})" if spread else "")
+                + f"; {s['breakdown_s']}",
+                flush=True,
+            )
     print(f"wrote {write_json(args.out, payload)}")
     if args.docs:
         update_readme("latency", table(payload))
