@@ -293,6 +293,11 @@ def run_frontend(
     return by_set, timelines
 
 
+def pooled_summary(runs: list[dict[str, dict[str, list]]], set_name: str) -> dict[str, Any]:
+    """:func:`summarise` over one set's words, passes and accuracy of these runs together."""
+    return summarise(*([x for r in runs for x in r[set_name][k]] for k in ("words", "passes", "parts")))
+
+
 def measure(names: list[str], inputs: list[dict], args: argparse.Namespace) -> dict[str, dict]:
     """Each front end ``args.runs`` times, the runs interleaved (every front end once, then again)
     so that a slow spell of the machine falls on all of them alike. A set's summary pools the words
@@ -311,19 +316,10 @@ def measure(names: list[str], inputs: list[dict], args: argparse.Namespace) -> d
     for name, runs in raw.items():
         sets = {}
         for set_name in runs[0]:
-            pooled = {k: [x for r in runs for x in r[set_name][k]] for k in ("words", "passes", "parts")}
-            sets[set_name] = summarise(pooled["words"], pooled["passes"], pooled["parts"])
+            sets[set_name] = pooled_summary(runs, set_name)
             if len(runs) > 1:
-                sets[set_name]["runs"] = [
-                    {
-                        k: v
-                        for k, v in summarise(
-                            r[set_name]["words"], r[set_name]["passes"], r[set_name]["parts"]
-                        ).items()
-                        if k in ("latency_s", "wer", "micro_f1")
-                    }
-                    for r in runs
-                ]
+                each = (pooled_summary([r], set_name) for r in runs)
+                sets[set_name]["runs"] = [{k: e[k] for k in ("latency_s", "wer", "micro_f1")} for e in each]
         out[name] = {"flags": FRONTENDS[name].split(), "runs": len(runs), "sets": sets}
         if args.timelines:
             path = Path(args.timelines) / f"{name}.json"
