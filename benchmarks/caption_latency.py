@@ -64,13 +64,15 @@ def _flags(
     context: str = "off",
     beam: str = "1",
     agree_after: str = "off",
+    sentence_ends: str = "punctuator",
 ) -> str:
     """A front end's ``serve`` flags, every one given, so that a front end stays what it was measured
     as when the server's defaults change; ``pad`` and ``settle`` came on 2026-11-25 (off: a 30 s
     encoder window and no settling, as before them), ``settle_unsure`` the same evening (off: an
     unsure word settles as a sure one), ``context`` on 2026-11-26 (off: an agreed word goes out at
     once, with the mark of the pass that agreed on it), ``beam`` on 2026-11-26 too (1: greedy),
-    ``agree_after`` that night (off: any two agreeing passes commit a word)."""
+    ``agree_after`` that night (off: any two agreeing passes commit a word), ``sentence_ends`` on
+    2026-11-27 (punctuator: streampunct's final periods trim the recogniser's buffer)."""
     flags = f"--asr-chunk-s {chunk} --asr-buffer-s {buffer} --asr-confident {confident} "
     flags += f"--asr-end-of-speech-s {end_of_speech}"
     flags += f" --provisional-lookahead {lookahead}"
@@ -78,14 +80,16 @@ def _flags(
     flags += f" --asr-encoder-pad-s {pad} --asr-settle-after-s {settle}"
     flags += f" --asr-settle-unsure-after-s {settle_unsure}"
     flags += f" --asr-context-s {context} --asr-beam {beam}"
-    return flags + f" --asr-agree-after-s {agree_after}"
+    flags += f" --asr-agree-after-s {agree_after}"
+    return flags + f" --asr-sentence-ends {sentence_ends}"
 
 
 # Front-end settings: the server's flags. "today" is the front end before issue 19; "today", "fast",
 # "next" and "live" were measured with the recogniser's prompt on (the server's default then), and
 # keep it. "no-prompt" was the shipped default from 2026-11-24, "short-next" from 2026-11-25,
-# "unsure2" from that evening, and "agree03" is since the night of 2026-11-26; "held" and "beam5"
-# (options, measured 2026-11-26) are not (docs/latency.md).
+# "unsure2" from that evening, "agree03" from the night of 2026-11-26, and "whisper-ends" (the
+# buffer trimmed at Whisper's sentence ends) since 2026-11-27; "held" and "beam5" (options, measured
+# 2026-11-26) are not (docs/latency.md).
 FRONTENDS: dict[str, str] = {
     "today": _flags(chunk="1", end_of_speech="off", lookahead="off"),
     "default": "",  # the server's defaults (server/app.py, ASR_DEFAULTS)
@@ -102,6 +106,9 @@ FRONTENDS: dict[str, str] = {
     "held": _flags(prompt="off", pad="12", settle="1", settle_unsure="2", context="0.5"),
     "beam5": _flags(prompt="off", pad="12", settle="1", settle_unsure="2", beam="5"),
     "agree03": _flags(prompt="off", pad="12", settle="1", settle_unsure="2", agree_after="0.3"),
+    "whisper-ends": _flags(
+        prompt="off", pad="12", settle="1", settle_unsure="2", agree_after="0.3", sentence_ends="whisper"
+    ),
     "live": _flags(buffer="6", confident="0.7"),
     "live-agree": _flags(buffer="6"),
 }

@@ -33,9 +33,10 @@ streaming recogniser (``streampunct.asr.StreamingRecognizer``, tiny.en) with the
 no prompt unless ``--asr-prompt on``, no hold of agreed words unless ``--asr-context-s S``) fed
 CHUNK_S chunks on a simulated clock (the clock is the audio fed so far: real-time speed with
 instant compute; deterministic, nothing sleeps). A pass
-runs whenever the recogniser is ready, as the server's AsrSession does. ``sentence_end()`` is never
-called, so the buffer is trimmed only past 25 s at the last committed word and the recogniser's
-words do not depend on the punctuator (live, streampunct's periods trim it sooner). Every pass's
+runs whenever the recogniser is ready, as the server's AsrSession does. The buffer is trimmed at
+Whisper's own sentence ends (the server's default since 2026-11-27; recordings made before were
+trimmed only past 25 s, at the last committed word, and are streamed again), so the recogniser's
+words do not depend on the punctuator. Every pass's
 committed words are kept with the clock and its provisional words, then the words of
 ``finish()``; the settings are kept too (``front_end``, and ``version``: STREAM_VERSION), and a
 recording streamed with other settings or an older recogniser is streamed again. Since the
@@ -824,7 +825,6 @@ def score_cmd(args) -> None:
             "asr": STREAM_ASR,
             "chunk_s": CHUNK_S,
             "max_delay_ms": None,
-            "sentence_end": False,
             "prompt": sorted({r["streaming"][STREAM_ASR].get("prompt", True) for r in recordings}),
             "front_end": [r["streaming"][STREAM_ASR].get("front_end") for r in recordings],
             "provisional_lookahead": provisional,

@@ -47,7 +47,7 @@ from websockets.http11 import Request, Response
 from server.guard import Access, Limits, Pace
 from streampunct import Punctuator, StreamPunctError
 from streampunct import protocol as P
-from streampunct.asr import Hypothesis, StreamingRecognizer, is_silence
+from streampunct.asr import SENTENCE_ENDS, Hypothesis, StreamingRecognizer, is_silence
 from streampunct.captions import Captioner
 from streampunct.flags import add_config_flags, config_from_flags, number_or_off
 from streampunct.scheduler import Batcher
@@ -73,6 +73,7 @@ ASR_DEFAULTS: dict[str, Any] = {
     "beam_size": 1,
     "prompt": "off",
     "provisional_lookahead": "on",
+    "sentence_ends": "whisper",
 }
 log = logging.getLogger("streampunct.server")
 
@@ -668,7 +669,7 @@ class AsrSession(Session):
                 first=final[0],
                 last=final[-1],
             )
-        for e in events:
+        for e in events:  # with --asr-sentence-ends punctuator, its periods trim the buffer
             if e.final:
                 end = self.ends.pop(e.index, None)
                 if e.label in ("PERIOD", "QUESTION") and end is not None:
@@ -789,6 +790,7 @@ def asr_options(
     context_s: float | None = ASR_DEFAULTS["context_s"],
     agree_after_s: float | None = ASR_DEFAULTS["agree_after_s"],
     beam_size: int = ASR_DEFAULTS["beam_size"],
+    sentence_ends: str = ASR_DEFAULTS["sentence_ends"],
 ) -> dict[str, Any]:
     """StreamingRecognizer's settings from the server's ``--asr-*`` flags."""
     return {
@@ -804,6 +806,7 @@ def asr_options(
         "context_s": context_s,
         "agree_after_s": agree_after_s,
         "beam_size": beam_size,
+        "sentence_ends": sentence_ends,
     }
 
 
@@ -892,6 +895,13 @@ def main(argv: list[str] | None = None) -> int:
         "default %(default)s)",
     )
     ap.add_argument(
+        "--asr-sentence-ends",
+        choices=SENTENCE_ENDS,
+        default=ASR_DEFAULTS["sentence_ends"],
+        help="whose sentence ends trim the recogniser's buffer: Whisper's own marks, or streampunct's final "
+        "periods (as before 2026-11-27; default %(default)s)",
+    )
+    ap.add_argument(
         "--asr-beam",
         type=int,
         default=ASR_DEFAULTS["beam_size"],
@@ -959,6 +969,7 @@ def main(argv: list[str] | None = None) -> int:
                 context_s=args.asr_context_s,
                 agree_after_s=args.asr_agree_after_s,
                 beam_size=args.asr_beam,
+                sentence_ends=args.asr_sentence_ends,
             )
             app = App(
                 punctuator,

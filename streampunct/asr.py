@@ -3,10 +3,14 @@
 Audio (16 kHz mono float32) waits until ``process()`` moves it into a rolling buffer that is
 re-transcribed, with word timestamps and faster-whisper's VAD, each time enough new audio has
 arrived. The commit policy is :class:`LocalAgreement` (whisper_streaming's LocalAgreement-2): a word
-is committed once two consecutive hypotheses agree on it. The buffer is trimmed at a committed
-sentence end, which the caller reports from streampunct's own periods
-(:meth:`StreamingRecognizer.sentence_end`), not Whisper's, or, past ``max_buffer_s``, at the last
-committed word. Whisper's casing and punctuation travel with the words; streampunct's normalisation
+is committed once two consecutive hypotheses agree on it. Past ``trim_after_s`` the buffer is trimmed
+at the end of the last committed sentence, as Whisper marked it (a committed word ending in ``.``,
+``?`` or ``!``), or, past ``max_buffer_s``, at the last committed word. With
+``sentence_ends="punctuator"`` the caller reports the sentence ends instead
+(:meth:`StreamingRecognizer.sentence_end`, from streampunct's final periods), as the server did
+before 2026-11-27: on the simulated clock the shipped front end then read the long stream's three
+recordings at 14.1 WER instead of 13.7, a pass starting where Whisper's sentence had not ended
+(docs/latency.md). Whisper's casing and punctuation travel with the words; streampunct's normalisation
 strips them before the text model sees them, and a pause fusion that reads marks takes them as
 evidence.
 
@@ -343,7 +347,10 @@ class StreamingRecognizer:
         encoder_pad_s: float | None = None,
         context_s: float | None = None,
         agree_after_s: float | None = None,
+        sentence_ends: str = "whisper",
     ):
+        if sentence_ends not in SENTENCE_ENDS:
+            raise StreamPunctError(f"sentence_ends must be one of {SENTENCE_ENDS}, got {sentence_ends!r}")
         if max_lag_s is not None and not 0 <= resume_s < max_lag_s:
             raise StreamPunctError(f"resume_s must be from 0 to max_lag_s ({max_lag_s}), got {resume_s}")
         self.model = model
@@ -362,6 +369,7 @@ class StreamingRecognizer:
         self.encoder_pad_s = encoder_pad_s  # the encoder reads the buffer and this much (None: 30 s)
         self.context_s = context_s  # audio heard after an agreed word that releases it (None: none)
         self.agree_after_s = agree_after_s  # audio the earlier of two agreeing passes heard after a word
+        self.sentence_ends = sentence_ends  # whose sentence ends trim the buffer: SENTENCE_ENDS
         self.audio = np.zeros(0, dtype=np.float32)  # the buffer that is transcribed
         self.offset = 0.0  # stream time of the buffer's first sample
         self.waiting: list[np.ndarray] = []  # audio fed after the buffer, not transcribed yet
@@ -369,7 +377,7 @@ class StreamingRecognizer:
         self.policy = self._policy(0.0)
         self.history: list[str] = []  # committed text that left the buffer, for the prompt
         self.skipped: list[Skip] = []  # every skip, in order
-        self._sentence_end = 0.0
+        self._reported_end = 0.0  # the latest sentence end the caller reported (sentence_end)
         self._anchor: float | None = None  # real time minus stream time, at the latest chunk's end
 
     @property
@@ -400,8 +408,9 @@ class StreamingRecognizer:
         return max(0.0, self._due_until(now) - self.processed_until)
 
     def sentence_end(self, time: float) -> None:
-        """A committed word ending at ``time`` closes a sentence (streampunct's period)."""
-        self._sentence_end = max(self._sentence_end, time)
+        """With ``sentence_ends="punctuator"``: a committed word ending at ``time`` closes a
+        sentence (streampunct's final period); else nothing."""
+        self._reported_end = max(self._reported_end, time)
 
     def process(self, now: float | None = None) -> Hypothesis:
         """Catch up if behind; transcribe the buffer with the due audio; commit what two
@@ -514,11 +523,18 @@ class StreamingRecognizer:
                         probabilities.append(w.probability)
         return words, probabilities
 
+    def _sentence_end(self) -> float:
+        """The end of the last committed sentence (0 if none): Whisper's or the caller's."""
+        if self.sentence_ends == "punctuator":
+            return self._reported_end
+        marked = [w.end for w in self.policy.committed if w.end and w.text.endswith(SENTENCE_MARKS)]
+        return marked[-1] if marked else 0.0
+
     def _trim(self) -> None:
-        length = len(self.audio) / SAMPLE_RATE
+        length, sentence_end = len(self.audio) / SAMPLE_RATE, self._sentence_end()
         cut = None
-        if length > self.trim_after_s and self._sentence_end > self.offset:
-            cut = self._sentence_end
+        if length > self.trim_after_s and sentence_end > self.offset:
+            cut = sentence_end
         elif length > self.max_buffer_s:
             cut = self.policy.last_end if self.policy.last_end > self.offset else self.processed_until - 1.0
         if cut is None:
@@ -534,6 +550,10 @@ class StreamingRecognizer:
         self.offset += samples / SAMPLE_RATE  # exact: whole samples, no drift
 
 
+# A committed word Whisper wrote with one of these closes a sentence: the buffer is trimmed there.
+SENTENCE_MARKS = (".", "?", "!")
+# Whose sentence ends trim the buffer: Whisper's marks, or the punctuator's (sentence_end()).
+SENTENCE_ENDS = ("whisper", "punctuator")
 # Whisper's encoder reads at least this much (s) with ``encoder_pad_s``: on a second of speech and a
 # few of silence, tiny.en loops ("And so and so and so ..."), each loop a long pass.
 MIN_WINDOW_S = 10.0

@@ -280,6 +280,65 @@ def test_two_passes_agree_on_a_word_only_once_the_earlier_heard_audio_after_it(a
     assert [int(w.text.rstrip("x")[1:]) for w in committed] == list(range(20))
 
 
+class EndsSentences(ReadsTheSignal):
+    """Whisper's sentence ends: every ``every``-th word is written with a period (none: 0)."""
+
+    def __init__(self, every: int):
+        self.every = every
+
+    def transcribe(self, audio: np.ndarray, **options):
+        segments, info = super().transcribe(audio, **options)
+        for w in segments[0].words:
+            if self.every and (int(w.word[2:]) + 1) % self.every == 0:
+                w.word += "."
+        return segments, info
+
+
+@pytest.mark.parametrize("every", [0, 5, 9, 40, 60])
+def test_the_buffer_is_trimmed_at_the_end_of_whispers_last_committed_sentence(every):
+    """Past ``trim_after_s`` the buffer starts where a committed word Whisper wrote with a period
+    ends; with no sentence end in it, only past ``max_buffer_s``, at the last committed word.
+    Nothing is lost or repeated either way."""
+    rec = StreamingRecognizer(EndsSentences(every), min_chunk_s=0.5, trim_after_s=12.0, max_buffer_s=25.0)
+    committed, trims = [], []
+    for step in range(160):
+        rec.feed(speech(step / 2, step / 2 + 0.5))
+        offset, heard = rec.offset, rec.processed_until + rec.unprocessed / SAMPLE_RATE
+        committed += rec.process().committed
+        if rec.offset != offset:
+            ended = [w for w in committed if w.end == pytest.approx(rec.offset)]
+            assert ended, "the buffer starts after a committed word"
+            at_sentence_end = ended[0].text.endswith(".")
+            assert heard - offset > (12.0 if at_sentence_end else 25.0)
+            trims.append(at_sentence_end)
+    committed += rec.finish()
+    assert [int(w.text.rstrip(".")[1:]) for w in committed] == list(range(160))
+    assert len(trims) >= 3, "an 80 s stream is trimmed"
+    if every == 0:
+        assert not any(trims)
+    elif every < 50:  # a sentence end in every 25 s of speech
+        assert all(trims)
+    else:  # 30 s sentences: past 25 s at the last word, then at the sentence end
+        assert not all(trims) and any(trims)
+
+
+def test_with_the_punctuators_sentence_ends_whispers_periods_do_not_trim_the_buffer():
+    """``sentence_ends="punctuator"``: only the ends the caller reports (streampunct's periods) trim
+    the buffer past ``trim_after_s``; a bad value is refused."""
+    rec = StreamingRecognizer(EndsSentences(5), min_chunk_s=0.5, sentence_ends="punctuator")
+    committed, reported = [], None
+    for step in range(45):
+        rec.feed(speech(step / 2, step / 2 + 0.5))
+        committed += rec.process().committed
+        if step == 40:
+            assert rec.offset == 0.0  # 20.5 s heard, a period every 2.5 s, none reported
+            reported = committed[-12].end
+            rec.sentence_end(reported)
+    assert rec.offset == pytest.approx(reported)
+    with pytest.raises(StreamPunctError, match="sentence_ends"):
+        StreamingRecognizer(EndsSentences(5), sentence_ends="streampunct")
+
+
 class Encodes(ReadsTheSignal):
     """A stand-in with faster-whisper's ``encode``: what each pass's encoder read, in frames."""
 
