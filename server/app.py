@@ -635,8 +635,9 @@ class AsrSession(Session):
         limits); None: all the audio recognised so far."""
         first = self.stream.n_words
         self.captioner.add_words(first, committed)
-        for i, w in enumerate(committed):
-            self.ends[first + i] = w.end or 0.0
+        if self.recognizer.sentence_ends == "punctuator":  # its final periods trim the buffer
+            for i, w in enumerate(committed):
+                self.ends[first + i] = w.end or 0.0
         self.words_in += len(committed)
         if now is None:
             now = self.recognizer.processed_until
@@ -669,7 +670,7 @@ class AsrSession(Session):
                 first=final[0],
                 last=final[-1],
             )
-        for e in events:  # with --asr-sentence-ends punctuator, its periods trim the buffer
+        for e in events:  # self.ends is empty unless --asr-sentence-ends punctuator
             if e.final:
                 end = self.ends.pop(e.index, None)
                 if e.label in ("PERIOD", "QUESTION") and end is not None:

@@ -531,9 +531,10 @@ class StreamingRecognizer:
         return marked[-1] if marked else 0.0
 
     def _trim(self) -> None:
-        length, sentence_end = len(self.audio) / SAMPLE_RATE, self._sentence_end()
+        length = len(self.audio) / SAMPLE_RATE
+        sentence_end = self._sentence_end() if length > self.trim_after_s else 0.0
         cut = None
-        if length > self.trim_after_s and sentence_end > self.offset:
+        if sentence_end > self.offset:
             cut = sentence_end
         elif length > self.max_buffer_s:
             cut = self.policy.last_end if self.policy.last_end > self.offset else self.processed_until - 1.0

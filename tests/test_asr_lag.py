@@ -303,7 +303,7 @@ def test_the_buffer_is_trimmed_at_the_end_of_whispers_last_committed_sentence(ev
     committed, trims = [], []
     for step in range(160):
         rec.feed(speech(step / 2, step / 2 + 0.5))
-        offset, heard = rec.offset, rec.processed_until + rec.unprocessed / SAMPLE_RATE
+        offset, heard = rec.offset, rec.duration
         committed += rec.process().committed
         if rec.offset != offset:
             ended = [w for w in committed if w.end == pytest.approx(rec.offset)]
