@@ -527,8 +527,8 @@ class StreamingRecognizer:
         """The end of the last committed sentence (0 if none): Whisper's or the caller's."""
         if self.sentence_ends == "punctuator":
             return self._reported_end
-        marked = [w.end for w in self.policy.committed if w.end and w.text.endswith(SENTENCE_MARKS)]
-        return marked[-1] if marked else 0.0
+        marked = (w.end for w in reversed(self.policy.committed) if w.end and w.text.endswith(SENTENCE_MARKS))
+        return next(marked, 0.0)
 
     def _trim(self) -> None:
         length = len(self.audio) / SAMPLE_RATE
