@@ -9,7 +9,9 @@ in 0.25 s chunks, as the ``mic`` client sends them:
 
 - ``clips``: jfk_16k.wav and the LJSpeech clips of ``--audio``, one stream each;
 - ``long``: with ``--e2e-cache``, the espeak-ng recordings of ``benchmarks/e2e.py record``
-  (two conversations and a TED monologue, 14.6 min) joined into one continuous stream.
+  (two conversations and a TED monologue, 14.6 min) joined into one continuous stream;
+- ``human``: with ``--human DIR``, each NAME.wav there with its punctuated NAME.txt, one stream
+  each (recordings of human speech, e.g. the earnings calls of ``benchmarks/earnings_calls.py``).
 
 **Latency** of a word: from its end in the audio (the recogniser's word timestamp) to the arrival,
 at the client, of that word's *final* punctuation: the moment a client can show the word with
@@ -44,7 +46,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, percentile, update_readme, write_json  # noqa: E402
-from e2e import CLIP_GAP_S, compare, metrics, pool, read_wav, reference, silence, word_tokens  # noqa: E402
+from e2e import CLIP_GAP_S, clip_pairs, compare, metrics, pool, read_wav, reference, silence, word_tokens  # noqa: E402
 
 from clients.file import load_audio, stream_file  # noqa: E402
 from streampunct import protocol as P  # noqa: E402
@@ -109,6 +111,15 @@ FRONTENDS: dict[str, str] = {
     "whisper-ends": _flags(
         prompt="off", pad="12", settle="1", settle_unsure="2", agree_after="0.3", sentence_ends="whisper"
     ),
+    "no-eos": _flags(  # whisper-ends without the commit at the end of speech (2026-11-27, an option)
+        end_of_speech="off",
+        prompt="off",
+        pad="12",
+        settle="1",
+        settle_unsure="2",
+        agree_after="0.3",
+        sentence_ends="whisper",
+    ),
     "live": _flags(buffer="6", confident="0.7"),
     "live-agree": _flags(buffer="6"),
 }
@@ -119,17 +130,15 @@ STAGES = ("seen", "committed", "sent", "final")  # after the audio end, in order
 # --- inputs ------------------------------------------------------------------------------------
 
 
+def recording(audio: Path, set_name: str) -> dict[str, Any]:
+    """One stream: the audio file and the punctuated reference text beside it (NAME.txt)."""
+    text = audio.with_suffix(".txt").read_text()
+    return {"name": audio.name, "set": set_name, "audio": load_audio(str(audio)), "text": text}
+
+
 def clip_inputs(audio_dir: Path) -> list[dict[str, Any]]:
     clips = [audio_dir / "jfk_16k.wav", *sorted((audio_dir / "ljspeech").glob("*.wav"))]
-    return [
-        {
-            "name": c.name,
-            "set": "clips",
-            "audio": load_audio(str(c)),
-            "text": c.with_suffix(".txt").read_text(),
-        }
-        for c in clips
-    ]
+    return [recording(c, "clips") for c in clips]
 
 
 def long_input(cache: Path, names: list[str]) -> dict[str, Any]:
@@ -394,7 +403,8 @@ def main() -> None:
     ap.add_argument(
         "--frontends", default="today,default", help=f"comma-separated, of {', '.join(FRONTENDS)}"
     )
-    ap.add_argument("--sets", default="clips,long", help="clips, long")
+    ap.add_argument("--human", default=None, help="a folder of NAME.wav with NAME.txt: adds the human set")
+    ap.add_argument("--sets", default="clips,long,human", help="clips; long and human, given their folders")
     ap.add_argument("--long", default=",".join(LONG), help="the e2e recordings joined into the long stream")
     ap.add_argument(
         "--model", default="default", help="punctuation model: default, base or a checkpoint folder"
@@ -433,6 +443,8 @@ def main() -> None:
     inputs = clip_inputs(Path(args.audio)) if "clips" in sets else []
     if "long" in sets and args.e2e_cache:
         inputs.append(long_input(Path(args.e2e_cache), args.long.split(",")))
+    if "human" in sets and args.human:
+        inputs += [recording(a, "human") for a, _ in clip_pairs(Path(args.human))]
     payload: dict[str, Any] = {
         "machine": machine(),
         "model": args.model,

@@ -196,7 +196,8 @@ def move_marks(
 def compare(
     ref_tokens: Sequence[str], ref_labels: Sequence[str], hyp_tokens: Sequence[str], hyp_labels: Sequence[str]
 ) -> dict:
-    """Align and move the marks: what :func:`metrics` scores (lists, so that runs pool)."""
+    """Align and move the marks: what :func:`metrics` scores (lists, so that runs pool), and the
+    alignment's path."""
     path = align(ref_tokens, hyp_tokens)
     moved, lost = move_marks(path, ref_labels, len(hyp_tokens))
     ops = {op: sum(1 for p in path if p[0] == op) for op in "=SDI"}
@@ -207,6 +208,7 @@ def compare(
         "ref_tokens": len(ref_tokens),
         "ref_marks": sum(lab != "O" for lab in ref_labels),
         "lost": lost,
+        "path": path,
     }
 
 

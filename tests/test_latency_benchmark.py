@@ -74,3 +74,53 @@ def test_each_named_front_end_sets_every_recogniser_setting():
             continue
         given = [f for f in flags.split() if f.startswith("--")]
         assert len(given) == len(set(given)) == len(ASR_DEFAULTS), (name, given)
+
+
+def test_tallies_count_each_error_in_the_unit_of_its_audio():
+    from benchmarks.paired import TALLY, micro_f1, tallies, wer
+
+    text = "Hello there, my friend. How are you? Fine thanks."
+    said = "hello there my friend how are you fine thanks".split()
+    labels = ["O", "COMMA", "O", "PERIOD", "O", "O", "QUESTION", "O", "PERIOD"]
+    words = [{"text": t, "end": 2.0 * i + 0.5, "label": lab} for i, (t, lab) in enumerate(zip(said, labels))]
+    exact = tallies(words, text, unit_s=6.0)  # words end at 0.5, 2.5, 4.5 | 6.5, ... | 12.5, ... | 16.5
+    assert sorted(exact) == [0, 1, 2]
+    total = sum(exact.values())
+    assert dict(zip(TALLY, total.tolist())) == {"edits": 0, "ref_words": 9, "tp": 4, "fp": 0, "fn": 0}
+    assert micro_f1(total) == 100 and wer(total) == 0
+    # "my" misheard as "by" (unit 0), "how" left out (its mark-free deletion counts in unit 1, the word
+    # before it), the comma missed and a period written after "are" (unit 1)
+    wrong = [dict(w) for w in words if w["text"] != "how"]
+    wrong[2]["text"] = "by"
+    wrong[1]["label"] = "O"
+    wrong[4]["label"] = "PERIOD"
+    t = tallies(wrong, text, unit_s=6.0)
+    assert t[0].tolist() == [1, 3, 0, 0, 1]  # by; hello there my; the comma missed
+    assert t[1].tolist() == [1, 3, 1, 1, 0]  # how deleted; friend how are; PERIOD right, PERIOD wrong
+    assert t[2].tolist() == [0, 3, 2, 0, 0]  # you? fine thanks.
+
+
+def test_paired_bootstrap_tells_a_real_difference_from_none():
+    import numpy as np
+
+    from benchmarks.paired import paired
+
+    rng = np.random.default_rng(1)
+    a = {
+        u: np.array([rng.integers(0, 5), 50, rng.integers(2, 8), rng.integers(0, 3), rng.integers(0, 3)])
+        for u in range(30)
+    }
+    same = paired(a, dict(a))
+    assert (
+        same["micro_f1"]["diff"] == 0
+        and same["micro_f1"]["ci95"] == [0, 0]
+        and same["micro_f1"]["p_worse"] == 0
+    )
+    assert same["wer"]["ci95"] == [0, 0]
+    # b misses one more mark and makes one more word error in every unit: a is better, surely
+    b = {u: t + np.array([1, 0, -1, 0, 1]) for u, t in a.items()}
+    better = paired(a, b)
+    assert better["micro_f1"]["ci95"][0] > 0 and better["micro_f1"]["p_worse"] == 0
+    assert better["wer"]["ci95"][1] < 0 and better["wer"]["p_worse"] == 0
+    # a unit only one of them has (words the other never recognised) counts as zeros for the other
+    assert paired({**a, 99: np.array([0, 0, 0, 1, 0])}, a)["units"] == 31
