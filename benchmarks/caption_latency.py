@@ -67,6 +67,7 @@ def _flags(
     beam: str = "1",
     agree_after: str = "off",
     sentence_ends: str = "punctuator",
+    pause_clock: str = "on",
 ) -> str:
     """A front end's ``serve`` flags, every one given, so that a front end stays what it was measured
     as when the server's defaults change; ``pad`` and ``settle`` came on 2026-11-25 (off: a 30 s
@@ -74,7 +75,8 @@ def _flags(
     unsure word settles as a sure one), ``context`` on 2026-11-26 (off: an agreed word goes out at
     once, with the mark of the pass that agreed on it), ``beam`` on 2026-11-26 too (1: greedy),
     ``agree_after`` that night (off: any two agreeing passes commit a word), ``sentence_ends`` on
-    2026-11-27 (punctuator: streampunct's final periods trim the recogniser's buffer)."""
+    2026-11-27 (punctuator: streampunct's final periods trim the recogniser's buffer), ``pause_clock``
+    on 2026-11-27 too (before it, on exactly when ``end_of_speech`` was)."""
     flags = f"--asr-chunk-s {chunk} --asr-buffer-s {buffer} --asr-confident {confident} "
     flags += f"--asr-end-of-speech-s {end_of_speech}"
     flags += f" --provisional-lookahead {lookahead}"
@@ -83,7 +85,8 @@ def _flags(
     flags += f" --asr-settle-unsure-after-s {settle_unsure}"
     flags += f" --asr-context-s {context} --asr-beam {beam}"
     flags += f" --asr-agree-after-s {agree_after}"
-    return flags + f" --asr-sentence-ends {sentence_ends}"
+    flags += f" --asr-sentence-ends {sentence_ends}"
+    return flags + f" --pause-clock {pause_clock}"
 
 
 # Front-end settings: the server's flags. "today" is the front end before issue 19; "today", "fast",
@@ -91,9 +94,12 @@ def _flags(
 # keep it. "no-prompt" was the shipped default from 2026-11-24, "short-next" from 2026-11-25,
 # "unsure2" from that evening, "agree03" from the night of 2026-11-26, and "whisper-ends" (the
 # buffer trimmed at Whisper's sentence ends) since 2026-11-27; "held" and "beam5" (options, measured
-# 2026-11-26) are not (docs/latency.md).
+# 2026-11-26), "no-eos" and "settle-pauses" (2026-11-27) are not (docs/latency.md).
+WHISPER_ENDS = dict(
+    prompt="off", pad="12", settle="1", settle_unsure="2", agree_after="0.3", sentence_ends="whisper"
+)
 FRONTENDS: dict[str, str] = {
-    "today": _flags(chunk="1", end_of_speech="off", lookahead="off"),
+    "today": _flags(chunk="1", end_of_speech="off", lookahead="off", pause_clock="off"),
     "default": "",  # the server's defaults (server/app.py, ASR_DEFAULTS)
     "fast": _flags(confident="0.7", lookahead="off"),  # provisional lookahead came after it
     "next": _flags(),
@@ -108,18 +114,10 @@ FRONTENDS: dict[str, str] = {
     "held": _flags(prompt="off", pad="12", settle="1", settle_unsure="2", context="0.5"),
     "beam5": _flags(prompt="off", pad="12", settle="1", settle_unsure="2", beam="5"),
     "agree03": _flags(prompt="off", pad="12", settle="1", settle_unsure="2", agree_after="0.3"),
-    "whisper-ends": _flags(
-        prompt="off", pad="12", settle="1", settle_unsure="2", agree_after="0.3", sentence_ends="whisper"
-    ),
-    "no-eos": _flags(  # whisper-ends without the commit at the end of speech (2026-11-27, an option)
-        end_of_speech="off",
-        prompt="off",
-        pad="12",
-        settle="1",
-        settle_unsure="2",
-        agree_after="0.3",
-        sentence_ends="whisper",
-    ),
+    "whisper-ends": _flags(**WHISPER_ENDS),
+    # options, 2026-11-27: without the commit at the end of speech; the pause clock off, then kept
+    "no-eos": _flags(**{**WHISPER_ENDS, "end_of_speech": "off", "pause_clock": "off"}),
+    "settle-pauses": _flags(**{**WHISPER_ENDS, "end_of_speech": "off"}),
     "live": _flags(buffer="6", confident="0.7"),
     "live-agree": _flags(buffer="6"),
 }
@@ -130,15 +128,14 @@ STAGES = ("seen", "committed", "sent", "final")  # after the audio end, in order
 # --- inputs ------------------------------------------------------------------------------------
 
 
-def recording(audio: Path, set_name: str) -> dict[str, Any]:
-    """One stream: the audio file and the punctuated reference text beside it (NAME.txt)."""
-    text = audio.with_suffix(".txt").read_text()
-    return {"name": audio.name, "set": set_name, "audio": load_audio(str(audio)), "text": text}
+def recording(audio: Path, text: Path, set_name: str) -> dict[str, Any]:
+    """One stream: the audio file and its punctuated reference text."""
+    return {"name": audio.name, "set": set_name, "audio": load_audio(str(audio)), "text": text.read_text()}
 
 
 def clip_inputs(audio_dir: Path) -> list[dict[str, Any]]:
-    clips = [audio_dir / "jfk_16k.wav", *sorted((audio_dir / "ljspeech").glob("*.wav"))]
-    return [recording(c, "clips") for c in clips]
+    clips = [(audio_dir / "jfk_16k.wav", audio_dir / "jfk_16k.txt"), *clip_pairs(audio_dir / "ljspeech")]
+    return [recording(a, t, "clips") for a, t in clips]
 
 
 def long_input(cache: Path, names: list[str]) -> dict[str, Any]:
@@ -444,7 +441,7 @@ def main() -> None:
     if "long" in sets and args.e2e_cache:
         inputs.append(long_input(Path(args.e2e_cache), args.long.split(",")))
     if "human" in sets and args.human:
-        inputs += [recording(a, "human") for a, _ in clip_pairs(Path(args.human))]
+        inputs += [recording(a, t, "human") for a, t in clip_pairs(Path(args.human))]
     payload: dict[str, Any] = {
         "machine": machine(),
         "model": args.model,

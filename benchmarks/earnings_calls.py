@@ -5,6 +5,7 @@ folder per call holds Audio/SPEAKER_PARAGRAPH_SENTENCE.mp3 clips and Text.txt, w
 be the sentence of clip i in (paragraph, sentence) order (SKIP lists where it is not). For each call
 this keeps the main speaker's clips, joins them with 0.3 s of silence up to --max-s seconds, and
 writes earningscall_<Call>.wav (16 kHz mono 16-bit) and .txt (a sentence a line, ending in .?!).
+The third call of docs/latency.md: ``--calls "Twitter, Inc._20170209" --max-s 900`` (875 s).
 
 The repository has no licence: the recordings are for measurement only and must never be committed.
 """

@@ -11,6 +11,7 @@ punctuation's true positives, false positives and misses of both front ends. Res
 (with replacement, the same units for both) gives the spread of the differences in micro-F1 and
 WER that other audio like this one would show: a 95% interval, and the share of resamples in which
 ``--frontend`` is worse. A set with few marks (the clips: 33) cannot tell a mark or two apart.
+Runs of the same stream (``--runs N``, or folders of other runs) add up in each unit.
 
 WER here counts the edits of the alignment that moves the reference marks (``benchmarks/e2e.py``),
 on the same tokens as jiwer's; it can differ from jiwer's by a few hundredths.
@@ -34,6 +35,7 @@ from common import machine, write_json  # noqa: E402
 from latency_f1 import replay  # noqa: E402
 
 from streampunct import Punctuator  # noqa: E402
+from streampunct.metrics import count  # noqa: E402
 from streampunct.text import normalize  # noqa: E402
 
 TALLY = ("edits", "ref_words", "tp", "fp", "fn")
@@ -58,15 +60,15 @@ def tallies(words: list[dict[str, Any]], text: str, unit_s: float) -> dict[int, 
             add(unit, 0)
         if i is not None:
             add(unit, 1)
+    labels: dict[int, tuple[list[str], list[str]]] = {}
     for ref, hyp, unit in zip(c["ref"], c["hyp"], units):
-        if ref == hyp:
-            if ref != "O":
-                add(unit, 2)
-            continue
-        if hyp != "O":
-            add(unit, 3)
-        if ref != "O":
-            add(unit, 4)
+        refs, hyps = labels.setdefault(unit, ([], []))
+        refs.append(ref)
+        hyps.append(hyp)
+    for unit, (refs, hyps) in labels.items():
+        n = count(refs, hyps)
+        marks = [sum(n.tp.values()), sum(n.fp.values()), sum(n.fn.values())]
+        out.setdefault(unit, np.zeros(len(TALLY), dtype=np.int64))[2:] += marks
     return out
 
 
@@ -137,7 +139,9 @@ def main() -> None:
             for set_name, units in set_tallies(
                 p, streams, args.lookahead, args.max_delay_ms, args.unit_s
             ).items():
-                sets.setdefault(set_name, {}).update(units)
+                pooled = sets.setdefault(set_name, {})
+                for key, t in units.items():  # a stream in several folders: its runs add up
+                    pooled[key] = pooled.get(key, 0) + t
     a, b = found.values()
     payload: dict[str, Any] = {
         "machine": machine(),

@@ -73,6 +73,7 @@ ASR_DEFAULTS: dict[str, Any] = {
     "beam_size": 1,
     "prompt": "off",
     "provisional_lookahead": "on",
+    "pause_clock": "on",
     "sentence_ends": "whisper",
 }
 log = logging.getLogger("streampunct.server")
@@ -109,6 +110,7 @@ class App:
         asr_device: str = "auto",
         asr_options: dict[str, Any] | None = None,
         provisional_lookahead: bool = False,
+        pause_clock: bool = False,
     ):
         self.punctuator = punctuator
         self.access = access or Access()
@@ -119,6 +121,8 @@ class App:
         self.asr_options = asr_options or {}  # StreamingRecognizer's commit settings
         # the recogniser's provisional words as lookahead for the committed ones (never final)
         self.provisional_lookahead = provisional_lookahead
+        # in a pause where every word heard is committed, silent chunks move the punctuation clock
+        self.pause_clock = pause_clock
         self.batcher = Batcher()
         self.asr_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr")
         self._whisper: Any = None
@@ -473,7 +477,7 @@ class AsrSession(Session):
         # Stream time up to which no word waits uncommitted (the last pass committed all it heard,
         # and the VAD heard no speech in the audio since): the punctuation stream's clock runs
         # with each silent chunk, so time limits fire on time in a pause. None: speech may wait.
-        # Part of deciding at pauses: on when the recogniser's end_of_speech_s is set.
+        # Part of deciding at pauses: on with the server's pause_clock.
         self.quiet_until: float | None = None
         self.recognition: asyncio.Task[None] | None = None
 
@@ -622,7 +626,7 @@ class AsrSession(Session):
             )
         await self.words(hyp.committed, hyp.provisional, hyp.complete_until)
         self.quiet_until = None
-        if hyp.pass_ is not None and not hyp.provisional and self.recognizer.end_of_speech_s is not None:
+        if hyp.pass_ is not None and not hyp.provisional and self.app.pause_clock:
             # every word heard is committed: quiet if nothing was said since the pass's audio
             since = self.recognizer.waiting + [a for a, _ in self.inbox]
             heard = np.concatenate(since) if since else np.zeros(0, dtype=np.float32)
@@ -763,6 +767,7 @@ async def embedded(
         asr_device=device,
         asr_options=asr_options(),
         provisional_lookahead=ASR_DEFAULTS["provisional_lookahead"] == "on",
+        pause_clock=ASR_DEFAULTS["pause_clock"] == "on",
     )
     ready = asyncio.Event()
     server = asyncio.create_task(run_server(app, "127.0.0.1", 0, ready, standalone=False))
@@ -914,6 +919,9 @@ def main(argv: list[str] | None = None) -> int:
         ("--provisional-lookahead", "provisional_lookahead", "on /v1/asr, the recogniser's provisional "
          "words serve as lookahead for the committed words before them (their marks become final "
          "sooner); never final themselves"),
+        ("--pause-clock", "pause_clock", "on /v1/asr, in a pause where every word heard is committed, "
+         "each silent chunk received moves the punctuation clock on, so that time limits fire on time "
+         "(off: only recognition passes move it)"),
     )  # fmt: skip
     for flag, key, text in switches:
         ap.add_argument(
@@ -981,6 +989,7 @@ def main(argv: list[str] | None = None) -> int:
                 asr_device=args.device,
                 asr_options=options,
                 provisional_lookahead=args.provisional_lookahead == "on",
+                pause_clock=args.pause_clock == "on",
             )
             if args.preload_asr:
                 await app.whisper()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .errors import InputError
 
-__all__ = ["ClassScore", "Report", "score", "MARK_CLASSES"]
+__all__ = ["ClassScore", "Counts", "Report", "count", "score", "MARK_CLASSES"]
 
 MARK_CLASSES = ("COMMA", "PERIOD", "QUESTION")
 
@@ -60,8 +60,22 @@ class Report:
         return "\n".join(lines)
 
 
-def score(reference: Sequence[str], predicted: Sequence[str]) -> Report:
-    """Score predicted labels against reference labels, word by word."""
+@dataclass(frozen=True)
+class Counts:
+    """Marks counted word by word: per class the true positives, false positives and false
+    negatives; and SER's correct, substituted, deleted and inserted marks."""
+
+    tp: dict[str, int]
+    fp: dict[str, int]
+    fn: dict[str, int]
+    correct: int
+    subs: int
+    dels: int
+    ins: int
+
+
+def count(reference: Sequence[str], predicted: Sequence[str]) -> Counts:
+    """Count predicted labels against reference labels, word by word (the module's rule)."""
     if len(reference) != len(predicted):
         raise InputError(f"{len(reference)} reference labels but {len(predicted)} predicted")
     tp = dict.fromkeys(MARK_CLASSES, 0)
@@ -87,12 +101,18 @@ def score(reference: Sequence[str], predicted: Sequence[str]) -> Report:
             dels += 1
         else:
             subs += 1
+    return Counts(tp, fp, fn, correct, subs, dels, ins)
+
+
+def score(reference: Sequence[str], predicted: Sequence[str]) -> Report:
+    """Score predicted labels against reference labels, word by word."""
+    n = count(reference, predicted)
     classes = {}
     for c in MARK_CLASSES:
-        p, r, f = _prf(tp[c], fp[c], fn[c])
-        classes[c] = ClassScore(p, r, f, tp[c] + fn[c])
-    micro = _prf(sum(tp.values()), sum(fp.values()), sum(fn.values()))[2]
+        p, r, f = _prf(n.tp[c], n.fp[c], n.fn[c])
+        classes[c] = ClassScore(p, r, f, n.tp[c] + n.fn[c])
+    micro = _prf(sum(n.tp.values()), sum(n.fp.values()), sum(n.fn.values()))[2]
     macro = sum(s.f1 for s in classes.values()) / len(classes)
-    n_ref = correct + subs + dels
-    ser = 100 * (subs + dels + ins) / max(n_ref, 1)  # no reference marks: 100 per insertion
+    n_ref = n.correct + n.subs + n.dels
+    ser = 100 * (n.subs + n.dels + n.ins) / max(n_ref, 1)  # no reference marks: 100 per insertion
     return Report(classes, micro, macro, ser, len(reference))

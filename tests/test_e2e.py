@@ -222,6 +222,33 @@ def test_the_end_of_speech_commits_the_recognisers_guess(tmp_path):
     assert held.committed == [] and held.provisional and not held.pass_.end_of_speech
 
 
+@needs_espeak
+def test_in_a_pause_the_time_limit_fires_on_time(tmp_path):
+    """Deciding at pauses without the end-of-speech commit: passes only every 2 s of audio, yet the
+    sentence's last word gets its final mark within half a second of audio after its time limit (its
+    end plus ``max_delay_ms``), moved there by the silent chunks after the pass that committed it
+    (the pause clock), not at the next pass up to 2 s later. The limit (4 s) is past every pass
+    that can commit the word (settled at most 2 s after its end), so only the pause clock fires it."""
+    from streampunct.asr import SAMPLE_RATE
+
+    wav = tmp_path / "sentence.wav"
+    subprocess.run(["espeak-ng", "-v", "en-us", "-s", "140", "-w", str(wav), SENTENCES[3]], check=True)
+    spoken = load_audio(str(wav))
+    audio = np.concatenate([spoken, np.zeros(8 * SAMPLE_RATE, dtype=np.float32)])
+    proc, url = start_server("--preload-asr", "--asr-chunk-s", "2", "--asr-end-of-speech-s", "off")
+    try:
+        result = asyncio.run(stream_file(url, audio, 1.0, P.Config(lookahead=2, max_delay_ms=4000)))
+    finally:
+        stop_server(proc)
+    committed = {w["index"]: w for _, m in result.timeline if m["type"] == "words" for w in m["committed"]}
+    last = committed[max(committed)]
+    assert len(committed) >= 6 and last["end"] < len(spoken) / SAMPLE_RATE + 0.3, committed
+    events = [(t, e) for t, m in result.timeline if m["type"] == "events" for e in m["events"]]
+    final_at = next(t for t, e in events if e["final"] and e["index"] == last["index"])
+    limit = last["end"] + 4.0
+    assert limit - 0.3 < final_at < limit + 0.5, (final_at, last)
+
+
 def streamed(rec, audio: np.ndarray) -> list:
     """Every word ``rec`` commits over ``audio`` fed in half-second chunks, a pass whenever it is
     ready, then ``finish()``'s."""
