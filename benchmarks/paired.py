@@ -49,17 +49,14 @@ def tallies(words: list[dict[str, Any]], text: str, unit_s: float) -> dict[int, 
     units = [int((w["end"] or 0.0) // unit_s) for w in words for _ in normalize(w["text"])]
     out: dict[int, np.ndarray] = {}
 
-    def add(unit: int, column: int) -> None:
-        out.setdefault(unit, np.zeros(len(TALLY), dtype=np.int64))[column] += 1
+    def row(unit: int) -> np.ndarray:
+        return out.setdefault(unit, np.zeros(len(TALLY), dtype=np.int64))
 
     unit = units[0] if units else 0
     for op, i, j in c["path"]:
         if j is not None:
             unit = units[j]
-        if op != "=":
-            add(unit, 0)
-        if i is not None:
-            add(unit, 1)
+        row(unit)[:2] += (op != "=", i is not None)
     labels: dict[int, tuple[list[str], list[str]]] = {}
     for ref, hyp, unit in zip(c["ref"], c["hyp"], units):
         refs, hyps = labels.setdefault(unit, ([], []))
@@ -68,7 +65,7 @@ def tallies(words: list[dict[str, Any]], text: str, unit_s: float) -> dict[int, 
     for unit, (refs, hyps) in labels.items():
         n = count(refs, hyps)
         marks = [sum(n.tp.values()), sum(n.fp.values()), sum(n.fn.values())]
-        out.setdefault(unit, np.zeros(len(TALLY), dtype=np.int64))[2:] += marks
+        row(unit)[2:] += marks
     return out
 
 
