@@ -1,9 +1,12 @@
 """End to end: audio in, punctuated words out, against what Whisper users have today.
 
     python benchmarks/e2e.py record --data ../shared/data --cache ../e2e_cache [--extra-human DIR]
+                                    [--speech ../shared/data/conversation_audio]
+                                    [--only speech|speech_dev|speech_test]
     python benchmarks/e2e.py score --cache ../e2e_cache [--models default base DIR] [--lookaheads 0 2]
                                    [--pauses both|on|off] [--out e2e] [--workers 2]
                                    [--words streamed|offline:tiny.en|offline:base|reference]
+                                   [--paired-system NAME] [--unit-tokens 60] [--draws 10000]
     python benchmarks/e2e.py quick          # 20 s of espeak-ng, no data needed (the test runs this)
 
 Recordings (``record`` writes them under --cache, never into the repository):
@@ -22,6 +25,16 @@ Recordings (``record`` writes them under --cache, never into the repository):
 - *human extra* (``--extra-human DIR``): NAME.wav/NAME.txt pairs (or .mp3, .flac), joined the
   same way, by name; ``--extra-max-s S`` leaves out clips longer than S seconds (listed in the
   JSON). Run ``record`` again with the flag to add the set to an existing cache.
+- *speech dev* and *speech test* (``--speech DIR``): human conversational speech, eight
+  continuous recordings of unscripted two-party doctor-patient consultations (Smith et al. 2022,
+  Scientific Data, figshare 10.6084/m9.figshare.c.5545842, CC BY 4.0), ``ID.mp3`` with its
+  punctuated transcript ``ID.plain.txt`` (one turn a line, uh and um kept). Each recording is one
+  stream of its own, as recorded: nothing joined, no silence inserted; the audio is read from DIR
+  by path (never copied into the cache). The reference is the turns joined with a space; a turn
+  ends a sentence only where the transcript marks one (``turn_end=False``, as every reference).
+  The split is fixed, by case (SPEECH_SPLIT). ``--only speech`` (or ``speech_dev``,
+  ``speech_test``) makes and recognises those recordings alone, leaving the others in the cache
+  as they are.
 
 espeak-ng reads the rendered, punctuated text: its prosody (pauses at marks, a rise at a question)
 carries the reference punctuation, as a speaker's does, for every system alike.
@@ -70,7 +83,22 @@ token, a mark on a deleted token onto the hypothesis token before it (none befor
 Two marks meeting on one token: the later wins, but a COMMA never replaces a PERIOD or QUESTION.
 Then ``streampunct.metrics.score``: per-class P/R/F1, micro-F1 over the marks, macro-F1, SER; and
 WER (over normalised tokens: clitics are tokens of their own) from the same alignment. Results per
-recording set and pooled over all recordings: ``benchmarks/results/e2e.json`` and ``e2e.png``.
+recording set, and pooled ("pooled") over the recordings of every set but the speech sets (the
+synthetic ones and the read clips, the pool as it was before the speech sets came):
+``benchmarks/results/e2e.json`` and ``e2e.png``. The speech sets are sets of their own and never
+pool, neither with the others nor with each other (dev is for choosing, test for reporting).
+
+Paired bootstrap, per speech set: ``--paired-system`` (default: streampunct's default model at
+k=2 on the streamed words with pauses and the recogniser's marks, as the server runs it) against
+Whisper base's and tiny.en's own offline punctuation. Each recording's reference tokens are cut
+into consecutive units of ``--unit-tokens`` (60); through the alignment :func:`compare` returns,
+each system's word errors, reference tokens and per-class true positives, false positives and
+misses (``streampunct.metrics.count``) go to the unit of the reference token they are aligned to
+(an inserted token's to the unit of the reference token before it; a deleted token's mark, moved
+onto the hypothesis token before it, to that token's unit). Resampling the units, the same
+for both systems (``--draws`` 10000, seed 0), gives the difference in micro-F1 and WER with its
+95% interval and the share of resamples in which streampunct is worse (``paired.paired``). Marks
+lost before the first hypothesis token count in neither, as in the table.
 """
 
 from __future__ import annotations
@@ -98,7 +126,7 @@ from streampunct import Punctuator  # noqa: E402
 from streampunct.asr import SAMPLE_RATE, StreamingRecognizer, resolve_asr_model  # noqa: E402
 from streampunct.conversation import labeled_words  # noqa: E402
 from streampunct.flags import number_or_off  # noqa: E402
-from streampunct.metrics import MARK_CLASSES, score  # noqa: E402
+from streampunct.metrics import MARK_CLASSES, count, score  # noqa: E402
 from streampunct.processes import in_processes  # noqa: E402
 from streampunct.punctuator import SHIPPED_MODELS, checkpoint_dir  # noqa: E402
 from streampunct.text import normalize, normalize_labeled, read_iwslt, render, without_mark  # noqa: E402
@@ -122,7 +150,20 @@ SETS = {
     "synthetic_monologue": "synthetic monologue",
     "human": "human",
     "human_extra": "human (extra)",
+    "speech_dev": "speech dev",
+    "speech_test": "speech test",
 }
+# The human conversational speech sets (``record --speech DIR``), fixed once, by case: each case is
+# one consultation with its own speakers and story, so no conversation is split across dev and
+# test; each set has two cardiac (CAR) and two gastrointestinal (GAS) cases, the lower numbers in
+# dev, so that both sets hold both kinds of consultation (dev 38.5 min, test 41.8 min). Dev is for
+# choosing settings; report test. They never pool with the other sets (``summarise``).
+SPEECH_SPLIT = {
+    "speech_dev": ("CAR0001", "CAR0002", "GAS0001", "GAS0002"),
+    "speech_test": ("CAR0003", "CAR0005", "GAS0003", "GAS0004"),
+}
+UNIT_TOKENS = 60  # reference tokens in a resampled unit of the paired bootstrap
+BOOTSTRAP_SEED = 0
 # (name, voices, words a minute, seed); conv2 starts where conv1 stopped
 CONVERSATIONS = (("conv1", ("en-us+m3", "en-us+f3"), 150, 1), ("conv2", ("en-us+m1", "en-us+f2"), 175, 2))
 MONOLOGUE = ("monologue", "en-us+m7", 160)
@@ -441,9 +482,52 @@ def clip_pairs(folder: Path) -> list[tuple[Path, Path]]:
 
 
 def clip_seconds(path: Path) -> float:
+    return len(read_audio(path)) / SAMPLE_RATE
+
+
+def read_audio(path: Path) -> np.ndarray:
+    """16 kHz mono float32 from a wav this module wrote, or any file faster-whisper decodes."""
+    if path.suffix == ".wav":
+        return read_wav(path)
     from faster_whisper import decode_audio
 
-    return len(decode_audio(str(path), sampling_rate=SAMPLE_RATE)) / SAMPLE_RATE
+    return decode_audio(str(path), sampling_rate=SAMPLE_RATE)
+
+
+def recording_audio(rec: dict) -> np.ndarray:
+    """A recording's audio: its wav in the cache, or (speech sets) its file read by path."""
+    return read_audio(Path(rec["wav"] if "wav" in rec else rec["audio"]))
+
+
+def speech_names(only: str | None) -> list[str]:
+    """The speech recordings ``record --only`` names (all of both sets for ``speech``)."""
+    return [n for s, names in SPEECH_SPLIT.items() if only in ("speech", s) for n in names]
+
+
+def speech_recordings(folder: Path, names: Sequence[str]) -> list[dict]:
+    """The speech sets' recordings (SPEECH_SPLIT) from ID.mp3 and ID.plain.txt in ``folder``: the
+    audio by path, the turns joined as the reference."""
+    set_of = {n: s for s, names in SPEECH_SPLIT.items() for n in names}
+    out = []
+    for name in names:
+        audio, txt = folder / f"{name}.mp3", folder / f"{name}.plain.txt"
+        if not (audio.is_file() and txt.is_file()):
+            raise SystemExit(f"{folder}: {name}.mp3 and {name}.plain.txt are needed for {set_of[name]}")
+        turns = [" ".join(line.split()) for line in txt.read_text(encoding="utf-8").splitlines()]
+        turns = [t for t in turns if t]
+        out.append(
+            {
+                "name": name,
+                "set": set_of[name],
+                "text": " ".join(turns),
+                "audio": str(audio.resolve()),
+                "seconds": round(clip_seconds(audio), 2),
+                "meta": {"source": str(folder.resolve()), "turns": len(turns), "transcript": txt.name},
+                "streaming": {},
+                "offline": {},
+            }
+        )
+    return out
 
 
 # --- recognition -------------------------------------------------------------------------------
@@ -521,7 +605,18 @@ def _save(path: Path, rec: dict) -> None:
 
 
 def make_recordings(args, cache: Path) -> None:
-    """Write each recording's wav and its JSON (name, set, text) once."""
+    """Write each recording's wav and its JSON (name, set, text) once; with ``--only``, only the
+    speech sets' JSON (their audio stays where it is)."""
+    if args.speech:
+        wanted = speech_names(args.only or "speech")
+        todo_speech = [n for n in wanted if args.force or not (cache / f"{n}.json").is_file()]
+        for rec in speech_recordings(Path(args.speech), todo_speech):
+            _save(cache / f"{rec['name']}.json", rec)
+            print(f"{rec['name']}: {rec['seconds']:.0f} s, {len(rec['text'].split())} words", flush=True)
+    elif args.only:
+        raise SystemExit(f"--only {args.only} needs --speech DIR (the conversation_audio folder)")
+    if args.only:
+        return
     data = Path(args.data)
     todo = []
     if args.force or not all((cache / f"{c[0]}.json").is_file() for c in CONVERSATIONS):
@@ -578,11 +673,13 @@ def recognise(
     offline_models: Sequence[str] = OFFLINE_ASR,
     prompt: str = "off",
     context_s: float | None = ASR_DEFAULTS["context_s"],
+    names: Sequence[str] | None = None,
 ) -> None:
-    """Each recogniser over every recording it has not recognised yet (the streaming one also over
-    those streamed with settings other than the server's or by another STREAM_VERSION): the
-    streaming one, then each offline one (one model loaded at a time)."""
-    names = [p.stem for p in sorted(cache.glob("*.json"))]
+    """Each recogniser over every recording (or those ``names``) it has not recognised yet (the
+    streaming one also over those streamed with settings other than the server's or by another
+    STREAM_VERSION): the streaming one, then each offline one (one model loaded at a time)."""
+    if names is None:
+        names = [p.stem for p in sorted(cache.glob("*.json"))]
     options = asr_options(prompt=prompt, context_s=context_s)
     streaming = functools.partial(stream_asr, options=options)
     jobs = [("streaming", STREAM_ASR, streaming)] + [("offline", asr, offline_asr) for asr in offline_models]
@@ -599,7 +696,7 @@ def recognise(
             )
             if force or done is None or stale:
                 model = model or whisper(asr)
-                rec[kind][asr] = run(model, read_wav(Path(rec["wav"])))
+                rec[kind][asr] = run(model, recording_audio(rec))
                 _save(path, rec)
                 done = rec[kind][asr]
                 passes = f" ({done['passes']} passes)" if "passes" in done else ""
@@ -611,7 +708,8 @@ def record(args) -> None:
     cache.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     make_recordings(args, cache)
-    recognise(cache, args.force, prompt=args.asr_prompt, context_s=args.asr_context_s)
+    names = speech_names(args.only) if args.only else None
+    recognise(cache, args.force, prompt=args.asr_prompt, context_s=args.asr_context_s, names=names)
     total = time.perf_counter() - t0
     print(f"recorded in {total / 60:.1f} min -> {cache}", flush=True)
 
@@ -716,8 +814,10 @@ def evaluate(
 
 
 def summarise(recordings: Sequence[dict], compared: dict) -> dict:
-    """Metrics per system: per recording, per set, and pooled over all recordings."""
+    """Metrics per system: per recording, per set, and pooled over the recordings of every set but
+    the speech sets (no "pooled" where there are none: the speech sets never pool)."""
     sets = [s for s in SETS if any(r["set"] == s for r in recordings)]
+    set_of = {r["name"]: r["set"] for r in recordings}
     results: dict[str, dict] = {}
     for system, per_rec in compared.items():
         entry: dict[str, dict] = {"recordings": {n: metrics(c) for n, c in per_rec.items()}, "sets": {}}
@@ -725,21 +825,103 @@ def summarise(recordings: Sequence[dict], compared: dict) -> dict:
             parts = [per_rec[r["name"]] for r in recordings if r["set"] == s and r["name"] in per_rec]
             if parts:
                 entry["sets"][s] = metrics(pool(parts))
-        entry["pooled"] = metrics(pool(list(per_rec.values())))
+        pooled = [c for n, c in per_rec.items() if set_of[n] not in SPEECH_SPLIT]
+        if pooled:
+            entry["pooled"] = metrics(pool(pooled))
         results[system] = entry
     return results
 
 
 def table(results: dict, sets: Sequence[str]) -> str:
+    """micro-F1 per set, the pool's micro-F1, macro-F1, SER and WER, and each speech set's WER."""
+    speech = [s for s in sets if s in SPEECH_SPLIT]
     head = ["system", *[f"{SETS[s]} F1" for s in sets], "pooled micro-F1", "macro-F1", "SER", "WER"]
+    head += [f"{SETS[s]} WER" for s in speech]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for system, e in results.items():
         cells = [system]
         cells += [f"{e['sets'][s]['micro_f1']:.1f}" if s in e["sets"] else "" for s in sets]
-        p = e["pooled"]
-        cells += [f"{p['micro_f1']:.1f}", f"{p['macro_f1']:.1f}", f"{p['ser']:.1f}", f"{p['wer']:.1f}"]
+        p = e.get("pooled")
+        cells += [f"{p[k]:.1f}" for k in ("micro_f1", "macro_f1", "ser", "wer")] if p else [""] * 4
+        cells += [f"{e['sets'][s]['wer']:.1f}" if s in e["sets"] else "" for s in speech]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+# --- paired bootstrap (the speech sets) -----------------------------------------------------------
+
+
+def unit_tallies(c: dict, unit_tokens: int = UNIT_TOKENS) -> dict[int, np.ndarray]:
+    """One recording's comparison (:func:`compare`) per unit of ``unit_tokens`` consecutive
+    reference tokens: ``paired.TALLY`` (word errors, reference tokens, true positives, false
+    positives and misses over the marks). A step of the alignment, and the marks of its hypothesis
+    token, count in the unit of its reference token; an inserted token's in the unit of the
+    reference token before it (the first unit if none). Summed over the units: the table's counts."""
+    from paired import TALLY
+
+    out: dict[int, np.ndarray] = {}
+    hyp_of: dict[int, list[int]] = {}  # a unit's hypothesis tokens
+    unit = 0
+    for op, i, j in c["path"]:
+        if i is not None:
+            unit = i // unit_tokens
+        if j is not None:
+            hyp_of.setdefault(unit, []).append(j)
+        row = out.setdefault(unit, np.zeros(len(TALLY), dtype=np.int64))
+        row[:2] += (op != "=", i is not None)
+    for unit, js in hyp_of.items():
+        n = count([c["ref"][j] for j in js], [c["hyp"][j] for j in js])
+        out[unit][2:] += [sum(n.tp.values()), sum(n.fp.values()), sum(n.fn.values())]
+    return out
+
+
+def set_units(
+    recordings: Sequence[dict], per_rec: dict[str, dict], set_name: str, unit_tokens: int = UNIT_TOKENS
+) -> dict[tuple[str, int], np.ndarray]:
+    """A system's unit tallies over one set's recordings, keyed (recording, unit)."""
+    return {
+        (r["name"], u): t
+        for r in recordings
+        if r["set"] == set_name and r["name"] in per_rec
+        for u, t in unit_tallies(per_rec[r["name"]], unit_tokens).items()
+    }
+
+
+def server_system(systems: Sequence[dict]) -> str | None:
+    """streampunct's default model at k=2 on the streamed words as the server runs it: pauses on
+    where the stream takes them, the recogniser's marks kept. None if it was not scored."""
+    for s in systems:
+        as_server = s["pauses"] in (True, None) and s.get("marks", True) and s.get("words") == "streamed"
+        if s["kind"] == "streampunct" and s["model"] == "default" and s["lookahead"] == 2 and as_server:
+            return s["name"]
+    return None
+
+
+def bootstrap(
+    recordings: Sequence[dict],
+    compared: dict,
+    system: str,
+    against: Sequence[str],
+    unit_tokens: int = UNIT_TOKENS,
+    draws: int = 10000,
+    seed: int = 0,
+) -> dict:
+    """Per speech set, ``system`` against each of ``against`` (``paired.paired``: micro-F1 and WER,
+    a - b, 95% intervals, the share of resamples in which ``system`` is worse), on the same units."""
+    from paired import paired
+
+    out: dict[str, dict] = {}
+    for set_name in SPEECH_SPLIT:
+        a = set_units(recordings, compared[system], set_name, unit_tokens)
+        if not a:
+            continue
+        out[set_name] = {}
+        for b_name in against:
+            b = set_units(recordings, compared[b_name], set_name, unit_tokens)
+            if set(b) != set(a):  # b lacks a recording: not the same audio
+                continue
+            out[set_name][b_name] = paired(a, b, draws, seed)
+    return out
 
 
 def chart(results: dict, sets: Sequence[str], path: Path) -> None:
@@ -748,17 +930,14 @@ def chart(results: dict, sets: Sequence[str], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = [*sets, "pooled"]
+    groups = [*sets, *(["pooled"] if any("pooled" in e for e in results.values()) else [])]
     names = list(results)
     width = 0.8 / max(len(names), 1)
     fig, ax = plt.subplots(figsize=(max(8.0, 1.2 * len(groups) * (1 + 0.15 * len(names))), 5.5))
     x = np.arange(len(groups))
     for n, system in enumerate(names):
         e = results[system]
-        ys = [
-            e["pooled"]["micro_f1"] if g == "pooled" else e["sets"].get(g, {}).get("micro_f1", 0)
-            for g in groups
-        ]
+        ys = [(e.get(g, {}) if g == "pooled" else e["sets"].get(g, {})).get("micro_f1", 0) for g in groups]
         offset = (n - (len(names) - 1) / 2) * width
         bars = ax.bar(x + offset, ys, width, label=system, color=plt.get_cmap("tab20")(n % 20))
         ax.bar_label(bars, fmt="%.0f", fontsize=6, padding=1)
@@ -816,6 +995,15 @@ def score_cmd(args) -> None:
         compared = evaluate(recordings, systems, punctuators, provisional)
     results = summarise(recordings, compared)
     sets = [s for s in SETS if any(r["set"] == s for r in recordings)]
+    paired_system = args.paired_system or server_system(systems)
+    if args.paired_system and args.paired_system not in compared:
+        raise SystemExit(f"--paired-system {args.paired_system!r}: no such system was scored")
+    against = [s["name"] for s in systems if s["kind"] == "whisper_offline" and s["asr"] in OFFLINE_ASR]
+    boot = (
+        bootstrap(recordings, compared, paired_system, against, args.unit_tokens, args.draws, BOOTSTRAP_SEED)
+        if paired_system in compared
+        else {}
+    )
     payload = {
         "machine": machine(),
         "command": " ".join(sys.argv),
@@ -844,12 +1032,28 @@ def score_cmd(args) -> None:
         "models": {label: str(checkpoint_dir(m)) for m, label in model_labels(args.models).items()},
         "systems": systems,
         "results": results,
+        "paired": {
+            "system": paired_system,
+            "unit_tokens": args.unit_tokens,
+            "draws": args.draws,
+            "seed": BOOTSTRAP_SEED,
+            "sets": boot,
+        },
     }
     print(f"wrote {write_json(f'{args.out}.json', payload)}")
     png = RESULTS / f"{args.out}.png"
     chart(results, sets, png)
     print(f"wrote {png}")
     print(table(results, sets))
+    for set_name, pairs in boot.items():
+        for against_name, r in pairs.items():
+            f, w = r["micro_f1"], r["wer"]
+            print(
+                f"{set_name} ({r['units']} units, {r['marks']} marks) {paired_system} against "
+                f"{against_name}: micro-F1 {f['a']:.1f} vs {f['b']:.1f}, {f['diff']:+.1f} "
+                f"[{f['ci95'][0]:+.1f}, {f['ci95'][1]:+.1f}], worse in {100 * f['p_worse']:.1f}%; "
+                f"WER {w['a']:.1f} vs {w['b']:.1f}, {w['diff']:+.1f} [{w['ci95'][0]:+.1f}, {w['ci95'][1]:+.1f}]"
+            )
 
 
 # --- quick ---------------------------------------------------------------------------------------
@@ -898,7 +1102,16 @@ def main() -> None:
     )
     r.add_argument("--extra-human", default=None, help="folder of NAME.wav/NAME.txt pairs (or .mp3, .flac)")
     r.add_argument("--extra-max-s", type=float, default=None, help="leave out extra clips longer than this")
-    r.add_argument("--force", action="store_true", help="redo what the cache has")
+    r.add_argument(
+        "--speech", default=None, help="the conversation_audio folder (ID.mp3, ID.plain.txt): the speech sets"
+    )
+    r.add_argument(
+        "--only",
+        choices=["speech", *SPEECH_SPLIT],
+        default=None,
+        help="make and recognise only these speech recordings (needs --speech); the rest of the cache stays",
+    )
+    r.add_argument("--force", action="store_true", help="redo what the cache has (with --only, those alone)")
     r.add_argument(
         "--asr-prompt",
         choices=["on", "off"],
@@ -936,6 +1149,14 @@ def main() -> None:
     s.add_argument(
         "--workers", type=int, default=1, help="score that many configurations at once, in processes"
     )
+    s.add_argument(
+        "--paired-system",
+        default=None,
+        help="the system the speech sets' paired bootstrap sets against Whisper's own offline marks "
+        "(default: streampunct default k=2 as the server runs it)",
+    )
+    s.add_argument("--unit-tokens", type=int, default=UNIT_TOKENS, help="reference tokens in a unit")
+    s.add_argument("--draws", type=int, default=10000, help="bootstrap resamples")
     sub.add_parser("quick", help="20 s of espeak-ng; no data needed")
     args = ap.parse_args()
     if args.cmd == "record":

@@ -216,8 +216,8 @@ def train_pauses(cfg: PauseTrainConfig) -> dict:
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    for f in Path(cfg.model).iterdir():
-        if f.is_file() and f.name not in ("model.safetensors", "config.json"):
+    for f in Path(cfg.model).iterdir():  # the checkpoint's other files; none when out is the checkpoint
+        if f.is_file() and f.name not in ("model.safetensors", "config.json") and not (out / f.name).exists():
             shutil.copy(f, out / f.name)
     timed = PunctModel(
         replace(model.cfg, pause_hidden=cfg.hidden, pause_marks=cfg.marks, pause_continued=cfg.continued)

@@ -180,14 +180,14 @@ def token_features(
 # --- a pause model, for training data without real times -----------------------------------------
 
 # Seconds of pause after a word, by the mark after it: (share of words followed by a pause of over
-# 50 ms, median pause, spread of its log). Fitted on faster-whisper tiny.en word times of human
-# speech (17 min of an earnings call, the LJSpeech clips and JFK; docs/pauses.md), plain words
-# given a few more hesitations, as in conversation. QUESTION, rare there, is taken as PERIOD.
+# 50 ms, median pause, spread of its log). Measured on Whisper tiny.en's words as the live path
+# streams them over the speech dev recordings (40 min of two-party conversation, no recording a
+# benchmark reports: ``python benchmarks/speech_stats.py``, results/speech_stats.json).
 PAUSES = {
-    "O": (0.04, 0.4, 0.8),
-    "COMMA": (0.6, 0.4, 0.75),
-    "PERIOD": (0.88, 0.6, 0.65),
-    "QUESTION": (0.88, 0.6, 0.65),
+    "O": (0.07, 0.34, 1.03),
+    "COMMA": (0.75, 0.53, 0.93),
+    "PERIOD": (0.85, 0.96, 0.77),
+    "QUESTION": (0.85, 1.22, 0.83),
 }
 
 
@@ -217,25 +217,24 @@ def synthetic_times(
 # --- a recogniser's own marks, for training data without a recogniser ----------------------------
 
 # What a recogniser writes after a word, by the reference mark: the chance of each of its marks at
-# full recall (scaled by a per-text recall factor drawn from MARK_RECALL). Measured on Whisper
-# tiny.en streamed through the live front end (the server's defaults) over a held-out earnings
-# call of human speech (Twitter's, 595 s, 1,543 words; docs/conversation.md), not on the
-# end-to-end benchmark's recordings: a streamed Whisper writes a period where the speaker pauses
-# mid-sentence, on most commas and on some plain words, most of all on the last words of a
-# window; its periods are mostly right where the reference has one.
+# full recall (scaled by a per-text recall factor drawn from MARK_RECALL; tried in this order). Measured
+# as PAUSES is (speech_stats.py divides each measured rate by MARK_RECALL's mean): a streamed Whisper
+# writes a period on half the commas and on most plain words before a long pause; its periods
+# and question marks are mostly right where the reference has one.
 OWN_MARK_RATES = {
-    "O": {"PERIOD": 0.05, "COMMA": 0.01},
-    "COMMA": {"PERIOD": 0.6, "COMMA": 0.1},
-    "PERIOD": {"PERIOD": 0.9},
-    "QUESTION": {"QUESTION": 0.8, "PERIOD": 0.12},  # no question in that call: as before
+    "O": {"PERIOD": 0.023, "COMMA": 0.02, "QUESTION": 0.006},
+    "COMMA": {"PERIOD": 0.531, "COMMA": 0.481, "QUESTION": 0.027},
+    "PERIOD": {"PERIOD": 1.0, "COMMA": 0.057, "QUESTION": 0.031},
+    "QUESTION": {"QUESTION": 0.966, "PERIOD": 0.282, "COMMA": 0.007},
 }
-PAUSE_MARK_RATES = {"PERIOD": 0.45, "COMMA": 0.05}  # after a word with the reference's O and a long pause
+# after a word with the reference's O and a pause of over 0.3 s
+PAUSE_MARK_RATES = {"PERIOD": 0.591, "COMMA": 0.251, "QUESTION": 0.15}
 MARK_RECALL = (0.5, 1.0)  # the per-text recall factor's range
 # The chance that the word after a streamed sentence-end mark starts with a capital, by the
 # reference mark of the word before: a period at a sentence end is followed by a capital; one a
-# streamed recogniser wrote at a comma or mid-sentence mostly by a word a later pass wrote in
-# lower case, going on with the sentence. Measured on the same held-out call.
-CAPITAL_AFTER = {"O": 0.14, "COMMA": 0.33, "PERIOD": 0.95, "QUESTION": 0.95}
+# streamed recogniser wrote at a comma or mid-sentence often by a word a later pass wrote in
+# lower case, going on with the sentence. Measured as PAUSES is.
+CAPITAL_AFTER = {"O": 0.52, "COMMA": 0.63, "PERIOD": 0.93, "QUESTION": 0.87}
 
 
 def synthetic_marks(

@@ -336,9 +336,20 @@ def describe_device(device: torch.device) -> str:
     return f"{platform.processor() or platform.machine()} CPU, {os.cpu_count()} cores, {torch.get_num_threads()} threads"
 
 
+def earlier_stages(init: object) -> list[dict]:
+    """The stages a continued checkpoint (``init``) went through: its ``training.json``'s own
+    ``stages``, or the summary itself for a checkpoint of one stage; none without one."""
+    path = Path(str(init)) / "training.json" if init else None
+    if path is None or not path.is_file():
+        return []
+    summary = json.loads(path.read_text())
+    return summary.pop("stages", None) or [summary]
+
+
 def write_summary(run: str | Path, machine: str, run_cfg: dict[str, object]) -> dict[str, object]:
     """``<run>/best/training.json``: how the best checkpoint of a run was trained (``run_cfg``:
-    the run's TrainConfig as a dict), with the dev curve of the whole run so far."""
+    the run's TrainConfig as a dict), with the dev curve of the whole run so far, and under
+    ``stages`` every stage of the checkpoint it continued, this one last."""
     run = Path(run)
     records = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines() if line.strip()]
     best = [r for r in records if r["best"]][-1]
@@ -351,9 +362,13 @@ def write_summary(run: str | Path, machine: str, run_cfg: dict[str, object]) -> 
         "dev_words": run_cfg["dev_words"],
         "machine": machine,
         "start": run_cfg.get("init") or run_cfg.get("encoder") or "the encoder",
+        "data": {"train": Path(str(run_cfg["train"])).name, "dev": Path(str(run_cfg["dev"])).name},
         "config": {k: v for k, v in run_cfg.items() if k not in ("train", "dev", "out", "encoder", "init")},
         "curve": records,
     }
+    stages = earlier_stages(run_cfg.get("init"))
+    if stages:
+        summary["stages"] = [*stages, dict(summary)]
     (run / "best" / "training.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 

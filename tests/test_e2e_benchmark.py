@@ -13,8 +13,10 @@ import pytest
 
 from benchmarks.e2e import (
     SAMPLE_RATE,
+    SPEECH_SPLIT,
     STREAM_VERSION,
     align,
+    bootstrap,
     compare,
     evaluate,
     evaluate_parallel,
@@ -24,7 +26,12 @@ from benchmarks.e2e import (
     quick,
     recognise,
     reference,
+    server_system,
+    speech_names,
+    summarise,
     systems_for,
+    table,
+    unit_tallies,
     word_tokens,
     write_wav,
 )
@@ -84,6 +91,87 @@ def test_reference_and_word_tokens():
         ["do", "n't", "go"],
         ["O", "COMMA", "PERIOD"],
     )
+
+
+@pytest.mark.unit
+def test_unit_tallies_follow_the_reference_tokens():
+    """The paired bootstrap's units: 3 reference tokens each. "hurts" is deleted (its edit in its
+    own unit, its PERIOD moved onto "it", missed); the inserted "uh" carries a COMMA, a false
+    positive in the unit of "when", the reference token before it. Summed, the table's counts."""
+    from benchmarks.paired import micro_f1, wer
+
+    ref = "yes it hurts here when i eat".split()
+    labels = ["COMMA", "O", "PERIOD", "O", "O", "O", "QUESTION"]
+    hyp = "yes it here when uh i eat".split()
+    hyp_labels = ["COMMA", "O", "O", "O", "COMMA", "O", "PERIOD"]
+    c = compare(ref, labels, hyp, hyp_labels)
+    assert [op for op, _, _ in c["path"]] == ["=", "=", "D", "=", "=", "I", "=", "="]
+    units = unit_tallies(c, unit_tokens=3)
+    # edits, reference tokens, tp, fp, fn
+    assert {u: t.tolist() for u, t in units.items()} == {
+        0: [1, 3, 1, 0, 1],  # yes it (hurts): the COMMA right, the moved PERIOD missed
+        1: [1, 3, 0, 1, 0],  # here when (uh) i: the COMMA on "uh"
+        2: [0, 1, 0, 1, 1],  # eat: PERIOD for QUESTION
+    }
+    total = sum(units.values())
+    m = metrics(c)
+    assert float(micro_f1(total)) == pytest.approx(m["micro_f1"], abs=0.01)
+    assert float(wer(total)) == pytest.approx(m["wer"], abs=0.01)
+
+
+def _speech_recordings() -> list[dict]:
+    return [{"name": n, "set": s} for s, names in SPEECH_SPLIT.items() for n in names]
+
+
+@pytest.mark.unit
+def test_the_bootstrap_of_a_system_against_itself_is_zero():
+    ref = "yes it hurts here when i eat".split()
+    labels = ["COMMA", "O", "PERIOD", "O", "O", "O", "QUESTION"]
+    hyp = "yes it here when uh i eat".split()
+    c = compare(ref, labels, hyp, ["COMMA", "O", "O", "O", "COMMA", "O", "PERIOD"])
+    recordings = _speech_recordings()
+    compared = {name: {r["name"]: c for r in recordings} for name in ("a", "b")}
+    out = bootstrap(recordings, compared, "a", ["b"], unit_tokens=3, draws=500)
+    assert set(out) == set(SPEECH_SPLIT)
+    for pairs in out.values():
+        r = pairs["b"]
+        assert r["units"] == 4 * 3  # four recordings of three units
+        for key in ("micro_f1", "wer"):
+            assert r[key]["diff"] == 0 and r[key]["ci95"] == [0, 0] and r[key]["p_worse"] == 0
+    # a system that writes no marks: its interval lies below zero
+    worse = {r["name"]: compare(ref, labels, hyp, ["O"] * len(hyp)) for r in recordings}
+    out = bootstrap(recordings, {"a": worse, "b": compared["b"]}, "a", ["b"], unit_tokens=3, draws=500)
+    f = out["speech_dev"]["b"]["micro_f1"]
+    assert f["a"] == 0 and f["ci95"][1] < 0 and f["p_worse"] > 0.9  # equal where b finds none either
+
+
+@pytest.mark.unit
+def test_the_speech_sets_are_fixed_disjoint_and_never_pooled():
+    dev, test = SPEECH_SPLIT["speech_dev"], SPEECH_SPLIT["speech_test"]
+    assert len(dev) == len(test) == 4 and not set(dev) & set(test)
+    assert speech_names("speech_dev") == list(dev) and speech_names("speech") == [*dev, *test]
+    c = compare(["yes", "okay"], ["PERIOD", "PERIOD"], ["yes", "okay"], ["PERIOD", "PERIOD"])
+    bad = compare(["yes", "okay"], ["PERIOD", "PERIOD"], ["yes", "okay"], ["O", "O"])
+    recordings = [{"name": "conv1", "set": "synthetic_conversation"}, *_speech_recordings()]
+    compared = {"s": {r["name"]: c if r["set"] == "synthetic_conversation" else bad for r in recordings}}
+    results = summarise(recordings, compared)["s"]
+    assert results["pooled"] == results["sets"]["synthetic_conversation"]  # the speech sets stay out
+    assert results["sets"]["speech_dev"]["micro_f1"] == results["sets"]["speech_test"]["micro_f1"] == 0
+    speech_only = summarise(_speech_recordings(), {"s": {n: c for n in speech_names("speech")}})["s"]
+    assert "pooled" not in speech_only
+    assert "| s | 100.0 | 100.0 |  |  |  |  | 0.0 | 0.0 |" in table({"s": speech_only}, list(SPEECH_SPLIT))
+
+
+@pytest.mark.unit
+def test_the_paired_system_is_the_default_model_at_k2_as_the_server_runs_it():
+    systems = [
+        {"name": n, "kind": "streampunct", "model": m, "lookahead": k, "words": "streamed", "pauses": pz}
+        for n, m, k, pz in (("a", "default", 0, True), ("b", "base", 2, True), ("c", "default", 2, False))
+    ]
+    systems.append({**systems[-1], "name": "d", "pauses": True, "marks": False})
+    systems.append({**systems[-1], "name": "e", "marks": True})
+    assert server_system(systems) == "e"
+    assert server_system(systems[:3]) is None
 
 
 def test_scoring_in_worker_processes_gives_what_one_process_gives(tmp_path):

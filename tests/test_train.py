@@ -83,6 +83,10 @@ def test_the_best_checkpoint_records_the_whole_dev_curve(corpus, tmp_path):
     summary = json.loads((best / "training.json").read_text())
     assert summary["steps"] == 1 and [r["step"] for r in summary["curve"]] == [1, 2, 3]
     assert summary["config"]["lr"] == 0.0 and summary["start"] == str(DEFAULT_CHECKPOINT)
+    # every stage of the checkpoint it continued, then this one: how a shipped model was made
+    shipped = json.loads((DEFAULT_CHECKPOINT / "training.json").read_text())["stages"]
+    assert summary["stages"][:-1] == shipped and summary["stages"][-1]["curve"] == summary["curve"]
+    assert "stages" not in summary["stages"][-1]
 
 
 @pytest.mark.parametrize("pos_init, weights_alone", [("tagger", False), ("random", False), ("tagger", True)])
