@@ -90,7 +90,9 @@ pool, neither with the others nor with each other (dev is for choosing, test for
 
 Paired bootstrap, per speech set: ``--paired-system`` (default: streampunct's default model at
 k=2 on the streamed words with pauses and the recogniser's marks, as the server runs it) against
-Whisper base's and tiny.en's own offline punctuation. Each recording's reference tokens are cut
+Whisper base's and tiny.en's own offline punctuation, and against the streamed Whisper's own marks
+on the very same words (what a whisper_streaming user reads today: the one comparison where the
+words do not differ). Each recording's reference tokens are cut
 into consecutive units of ``--unit-tokens`` (60); through the alignment :func:`compare` returns,
 each system's word errors, reference tokens and per-class true positives, false positives and
 misses (``streampunct.metrics.count``) go to the unit of the reference token they are aligned to
@@ -998,7 +1000,11 @@ def score_cmd(args) -> None:
     paired_system = args.paired_system or server_system(systems)
     if args.paired_system and args.paired_system not in compared:
         raise SystemExit(f"--paired-system {args.paired_system!r}: no such system was scored")
-    against = [s["name"] for s in systems if s["kind"] == "whisper_offline" and s["asr"] in OFFLINE_ASR]
+    against = [
+        s["name"]
+        for s in systems
+        if s["kind"] == "whisper_streamed" or (s["kind"] == "whisper_offline" and s["asr"] in OFFLINE_ASR)
+    ]
     boot = (
         bootstrap(recordings, compared, paired_system, against, args.unit_tokens, args.draws, BOOTSTRAP_SEED)
         if paired_system in compared

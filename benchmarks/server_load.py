@@ -69,7 +69,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import math
 import os
 import re
 import signal
@@ -87,11 +89,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import RESULTS, machine, percentile, write_json  # noqa: E402
 from soak import CACHE, Server, make_speech, rss_mb, speakable, start_server  # noqa: E402
 from websockets.asyncio.client import ClientConnection, connect  # noqa: E402
-from websockets.exceptions import ConnectionClosed  # noqa: E402
+from websockets.exceptions import ConnectionClosed, InvalidStatus  # noqa: E402
 
 from server.guard import Limits  # noqa: E402
 from streampunct import protocol as P  # noqa: E402
 from streampunct.errors import StreamPunctError  # noqa: E402
+from streampunct.scheduler import LOAD_WINDOW_S  # noqa: E402
 from streampunct.text import read_iwslt  # noqa: E402
 
 ROOT = Path(__file__).parent.parent
@@ -1029,6 +1032,231 @@ def _s(x: float | None, digits: int = 2) -> str:
     return "–" if x is None else f"{x:.{digits}f}"
 
 
+# --- overload (issue 48) -------------------------------------------------------------------------
+
+OVERLOAD_SIZES = (1, 5, 20, 100)  # words a message, one size a sender, in turn
+OVERLOAD_LONG = "internationalisation counterrevolutionaries incomprehensibility uncharacteristically".split()
+RESEND_QUIET_S = 1.0  # after `busy`: resend once no busy came for this long
+
+
+@dataclass
+class Sender:
+    """One /v1/punct client of the overload profile: words in messages of ``size``, resent from the
+    index a ``busy`` gives, as a revise (docs/protocol.md, Falling behind)."""
+
+    size: int
+    cfg: dict[str, Any]
+    words: list[str] = field(default_factory=list)  # every word meant for the stream, in order
+    sent_at: dict[int, float] = field(default_factory=dict)  # the last send of word i
+    finals: dict[int, int] = field(default_factory=dict)  # final events of word i
+    final_at: dict[int, float] = field(default_factory=dict)
+    busy_at: float | None = None
+    refused: int | None = None
+    busy: int = 0
+    resends: int = 0
+    end: dict[str, Any] | None = None
+    close_code: int | None = None
+    errors: list[str] = field(default_factory=list)
+
+    async def receive(self, ws: ClientConnection) -> None:
+        with contextlib.suppress(ConnectionClosed):
+            async for raw in ws:
+                msg = json.loads(raw)
+                if msg["type"] == "events":
+                    for e in msg["events"]:
+                        if e["final"]:
+                            self.finals[e["index"]] = self.finals.get(e["index"], 0) + 1
+                            self.final_at[e["index"]] = time.perf_counter()
+                elif msg["type"] == "error" and msg["code"] == "busy":
+                    self.busy += 1
+                    self.busy_at, self.refused = time.perf_counter(), msg["word"]
+                elif msg["type"] == "error":
+                    self.errors.append(f"{msg['code']}: {msg['message']}")
+                elif msg["type"] == "end":
+                    self.end = msg
+        self.close_code = ws.close_code
+
+    async def send(self, ws: ClientConnection, start: int, kind: str = "words") -> None:
+        chunk = self.words[start : start + 1000]
+        msg: dict[str, Any] = {"type": kind, "words": chunk}
+        if kind == "revise":
+            msg["index"] = start
+            self.resends += 1
+        t = time.perf_counter()
+        for i in range(start, start + len(chunk)):
+            self.sent_at[i] = t
+        await ws.send(json.dumps(msg))
+
+    async def run(self, url: str, source: list[str], rate: float, seconds: float, end_wait: float) -> None:
+        ws = await open_punct(url, self.cfg, ping_interval=20, ping_timeout=20)
+        receiving = asyncio.create_task(self.receive(ws))
+        t0, i, j = time.perf_counter(), 0, 0  # i: words sent (and taken, as far as known)
+        try:
+            while time.perf_counter() - t0 < seconds and not receiving.done():
+                if self.refused is not None:  # told busy: wait for quiet, then resend from there
+                    if time.perf_counter() - (self.busy_at or 0) < RESEND_QUIET_S:
+                        await asyncio.sleep(0.1)
+                        continue
+                    start, self.refused = self.refused, None
+                    await self.send(ws, start, "revise")
+                    i = start + min(1000, len(self.words) - start)
+                    continue
+                self.words += [source[(j + k) % len(source)] for k in range(self.size)]
+                j += self.size
+                await self.send(ws, i)
+                i += self.size
+                await asyncio.sleep(max(0.0, t0 + j / rate - time.perf_counter()))
+            while self.refused is not None and not receiving.done():  # what is left, then end
+                await asyncio.sleep(max(0.0, RESEND_QUIET_S - (time.perf_counter() - (self.busy_at or 0))))
+                start, self.refused = self.refused, None
+                await self.send(ws, start, "revise")
+                await asyncio.sleep(RESEND_QUIET_S)
+            await ws.send(json.dumps({"type": "end"}))
+            await asyncio.wait_for(asyncio.shield(receiving), end_wait)
+        except (ConnectionClosed, asyncio.TimeoutError) as e:
+            self.errors.append(f"{type(e).__name__}: {e}")
+        finally:
+            receiving.cancel()
+            await ws.close()
+
+    def tally(self) -> dict[str, Any]:
+        n = self.end["words"] if self.end else None
+        once = n is not None and all(self.finals.get(i) == 1 for i in range(n)) and len(self.finals) == n
+        return {
+            "size": self.size,
+            "lookahead": self.cfg["lookahead"],
+            "words_taken": n,
+            "one_final_each": once,
+            "end": self.end is not None,
+            "close_code": self.close_code,
+            "busy": self.busy,
+            "resends": self.resends,
+            "errors": self.errors[:5],
+            "latency_s": [self.final_at[i] - self.sent_at[i] for i in self.final_at if i in self.sent_at],
+        }
+
+
+async def overload_capacity(url: str, words: list[str], n: int = 600) -> float:
+    """Words a second the server finalises for one stream at the default config, pushed as fast as
+    it takes them (messages of 50)."""
+    sender = Sender(50, PUNCT_CONFIG)
+    t0 = time.perf_counter()
+    ws = await open_punct(url, PUNCT_CONFIG)
+    receiving = asyncio.create_task(sender.receive(ws))
+    for i in range(0, n, 50):
+        await ws.send(json.dumps({"type": "words", "words": words[i : i + 50]}))
+    await ws.send(json.dumps({"type": "end"}))
+    await asyncio.wait_for(receiving, 600)
+    return n / (time.perf_counter() - t0)
+
+
+async def section_overload(args: argparse.Namespace, words: list[str]) -> dict[str, Any]:
+    server = await asyncio.to_thread(start_server, "--device", args.device, *args.model_args)
+    try:
+        await overload_capacity(server.url, words, 100)  # warm-up
+        capacity = await overload_capacity(server.url, words)
+        await asyncio.sleep(LOAD_WINDOW_S + 1)  # its load leaves the window: the profile's streams get in
+        offered = args.overload_factor * capacity
+        rate = min(offered / args.overload_senders, Limits().words_per_s or math.inf)
+        senders = [
+            Sender(OVERLOAD_SIZES[i % len(OVERLOAD_SIZES)], PUNCT_CONFIG)
+            for i in range(args.overload_senders)
+        ]
+        hog = Sender(1000, {"lookahead": 64, "max_delay_ms": None})
+        hog_done: dict[str, float] = {}
+        seconds = args.overload_seconds
+        end_wait = args.overload_end_wait_s
+
+        async def one_hog() -> None:
+            t0 = time.perf_counter()
+            await hog.run(server.url, OVERLOAD_LONG, rate=1e9, seconds=0.001, end_wait=end_wait)
+            hog_done["s"] = time.perf_counter() - t0
+
+        refusals: list[dict[str, Any]] = []
+
+        async def knock() -> None:  # a new stream every 5 s: refused (503) or let in
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < seconds:
+                await asyncio.sleep(5.0)
+                try:
+                    ws = await connect(server.url + "/v1/punct")
+                    await ws.close()
+                    refusals.append({"t": round(time.perf_counter() - t0, 1), "status": 101})
+                except InvalidStatus as e:
+                    refusals.append(
+                        {
+                            "t": round(time.perf_counter() - t0, 1),
+                            "status": e.response.status_code,
+                            "retry_after": e.response.headers.get("Retry-After"),
+                            "code": json.loads(e.response.body or b"{}").get("code"),
+                        }
+                    )
+
+        t0 = time.perf_counter()
+        await asyncio.gather(
+            one_hog(),
+            knock(),
+            *(
+                s.run(server.url, words[i * 97 :] + words, rate, seconds, end_wait)
+                for i, s in enumerate(senders)
+            ),
+        )
+        wall = time.perf_counter() - t0
+        streams = [s.tally() for s in [*senders, hog]]
+        latencies = [x for s in streams[:-1] for x in s.pop("latency_s")]
+        hog_tally = streams[-1]
+        hog_tally.pop("latency_s")
+        sound = all(s["one_final_each"] and s["end"] and s["close_code"] == 1000 for s in streams)
+        return {
+            "config": {
+                "seconds": seconds,
+                "factor": args.overload_factor,
+                "senders": args.overload_senders,
+                "sizes": list(OVERLOAD_SIZES),
+                "words_per_s_each": round(rate, 1),
+                "sender_config": PUNCT_CONFIG,
+                "hog": "one 1000-word message of long words at lookahead 64, then end",
+            },
+            "capacity_words_per_s": round(capacity, 1),
+            "offered_words_per_s": round(rate * len(senders), 1),
+            "wall_s": round(wall, 1),
+            "streams": streams,
+            "words_taken": sum(s["words_taken"] or 0 for s in streams),
+            "busy": sum(s["busy"] for s in streams),
+            "close_codes": sorted({str(s["close_code"]) for s in streams}),
+            "latency_s": stats(latencies),
+            "hog_s": round(hog_done.get("s", math.nan), 1),
+            "new_streams": refusals,
+            "sound": sound,
+        }
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+def overload_table(o: dict[str, Any]) -> list[str]:
+    c = o["config"]
+    lat = o["latency_s"]
+    refused = [r for r in o["new_streams"] if r["status"] == 503]
+    ok = sum(s["one_final_each"] and s["end"] for s in o["streams"])
+    return [
+        f"**Overload** (issue 48): capacity measured first (one stream at lookahead 2 pushed as fast as "
+        f"taken): **{o['capacity_words_per_s']:g} words/s**. Then {c['senders']} senders at "
+        f"{c['words_per_s_each']:g} words/s each ({o['offered_words_per_s']:g} words/s, {c['factor']:g} x capacity) in "
+        f"messages of {', '.join(map(str, c['sizes']))} words, for {c['seconds']:g} s, beside {c['hog']}; "
+        "a `busy` is resent as a revise after 1 s of quiet; a new stream tried every 5 s.",
+        "",
+        "| streams with every taken word final once and `end` | close codes | words taken | `busy` | "
+        "p50 s | p99 s | max s | 1000-word k=64 message s | new streams refused (503, Retry-After) |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| {ok} of {len(o['streams'])} | {', '.join(o['close_codes'])} | {o['words_taken']:,} | {o['busy']} "
+        f"| {_s(lat['p50'])} | {_s(lat['p99'])} | {_s(lat['max'])} | {o['hog_s']:g} "
+        f"| {len(refused)} of {len(o['new_streams'])} |",
+        "",
+        _machine_line(o),
+        "",
+    ]
+
+
 def markdown(payload: dict[str, Any]) -> str:
     """The figures as markdown tables (for docs/protocol.md)."""
     sections = payload.get("sections", {})
@@ -1076,6 +1304,9 @@ def markdown(payload: dict[str, Any]) -> str:
     f = sections.get("faults")
     if f:
         out += faults_table(f)
+    o = sections.get("overload")
+    if o:
+        out += overload_table(o)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -1174,6 +1405,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g = ap.add_argument_group("asr")
     g.add_argument("--asr-seconds", type=float, default=60.0, help="speech per stream (default %(default)s)")
     g.add_argument("--asr-max-streams", type=int, default=12, help="the most N tried (default %(default)s)")
+    g = ap.add_argument_group("overload (issue 48; not in the default sections)")
+    g.add_argument("--overload-seconds", type=float, default=60.0, help="(default %(default)s)")
+    g.add_argument(
+        "--overload-factor", type=float, default=3.0, help="x the measured capacity (default %(default)s)"
+    )
+    g.add_argument("--overload-senders", type=int, default=8, help="(default %(default)s)")
+    g.add_argument(
+        "--overload-end-wait-s", type=float, default=900.0, help="for each end (default %(default)s)"
+    )
     g = ap.add_argument_group("faults")
     g.add_argument("--kills", type=int, default=20, help="connections cut (default %(default)s)")
     g.add_argument("--sigterm-streams", type=int, default=10, help="(default %(default)s)")
@@ -1204,9 +1444,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.out = args.out or RESULTS / ("server_load_quick.json" if args.quick else "server_load.json")
     args.model_args = ["--model", args.model] if args.model else []
     args.model_args += ["--asr-model", args.asr_model] if args.asr_model else []
-    unknown = set(args.sections.split(",")) - {"punct", "asr", "faults", ""}
+    unknown = set(args.sections.split(",")) - {"punct", "asr", "faults", "overload", ""}
     if unknown:
-        ap.error(f"unknown sections {', '.join(sorted(unknown))} (punct, asr, faults)")
+        ap.error(f"unknown sections {', '.join(sorted(unknown))} (punct, asr, faults, overload)")
     return args
 
 
@@ -1244,7 +1484,7 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["python", "benchmarks/server_load.py", *(sys.argv[1:] if argv is None else argv)])
     info = machine()
     run_at = {"command": command, "machine": info, "device": args.device, "text": source}
-    wanted = [s for s in ("punct", "asr", "faults") if s in args.sections.split(",")]
+    wanted = [s for s in ("punct", "asr", "faults", "overload") if s in args.sections.split(",")]
     t0 = time.perf_counter()
 
     async def run_all() -> dict[str, Any]:
@@ -1259,6 +1499,8 @@ def main(argv: list[str] | None = None) -> int:
                     figures = await section_punct(args, servers, words)
                 elif name == "asr":
                     figures = await section_asr(args, servers, words, labels)
+                elif name == "overload":
+                    figures = await section_overload(args, words)
                 else:
                     figures = await section_faults(args, servers, words, labels)
                 done[name] = {**run_at, "wall_s": round(time.perf_counter() - t, 1), **figures}

@@ -130,7 +130,20 @@ def start_server(*args: str, log: Path | None = None, env: dict[str, str] | None
         log = Path(tempfile.mkstemp(prefix="streampunct-soak-", suffix=".log")[1])
     with log.open("w") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "server.app", "--host", "127.0.0.1", "--port", "0", *args],
+            # the soak runs speech faster than real time, at full speed by design: admission by load
+            # (503 busy) would refuse its sessions; server_load.py's overload section measures that
+            [
+                sys.executable,
+                "-m",
+                "server.app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--max-load",
+                "off",
+                *args,
+            ],
             stdout=subprocess.PIPE,
             stderr=err,
             text=True,

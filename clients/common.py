@@ -23,6 +23,9 @@ from streampunct.errors import StreamPunctError
 from streampunct.types import ENGINES
 
 DEFAULT_URL = "ws://127.0.0.1:8765"
+# A server at its capacity refuses new streams (HTTP 503 `busy`, Retry-After): a client tries again
+# as it asks, for this long in all, before it gives up.
+BUSY_RETRY_S = 30.0
 
 
 class ClientError(Exception):
@@ -88,17 +91,22 @@ async def open_stream(
     ``wss://`` server's certificate is checked against the system's CAs (or $SSL_CERT_FILE)."""
     target = url.rstrip("/") + endpoint
     headers = {"Authorization": f"Bearer {token}"} if token else None
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + BUSY_RETRY_S
     try:
-        ws = await connect(target, max_size=2**22, open_timeout=10, additional_headers=headers)
+        while True:
+            try:
+                ws = await connect(target, max_size=2**22, open_timeout=10, additional_headers=headers)
+                break
+            except InvalidStatus as e:
+                code, reason = refusal(e)
+                wait = _retry_after(e)
+                if code != "busy" or wait is None or loop.time() + wait > give_up:
+                    raise ClientError(f"the server at {url} refused the stream: {reason}") from e
+                print(f"{reason}; trying again in {wait:g} s", file=sys.stderr, flush=True)
+                await asyncio.sleep(wait)
     except InvalidURI as e:
         raise ClientError(f"{url} is not a websocket URL (ws://host:port)") from e
-    except InvalidStatus as e:
-        body = e.response.body.decode(errors="replace") if e.response.body else ""
-        try:
-            reason = json.loads(body).get("message", body)
-        except json.JSONDecodeError:
-            reason = body or e.response.reason_phrase
-        raise ClientError(f"the server at {url} refused the stream: {reason}") from e
     except (OSError, TimeoutError) as e:
         raise ClientError(
             f"cannot reach a streampunct server at {url}: {e}. Is `streampunct serve` running?"
@@ -116,6 +124,24 @@ async def open_stream(
         reason = ready.message if isinstance(ready, P.Error) else f"a {ready.type} message"
         raise ClientError(f"the server refused the configuration: {reason}")
     return ws, ready
+
+
+def refusal(e: InvalidStatus) -> tuple[str | None, str]:
+    """The code and the message of a refused handshake (the server's JSON error, or the status)."""
+    body = e.response.body.decode(errors="replace") if e.response.body else ""
+    try:
+        error = json.loads(body)
+        return error.get("code"), error.get("message", body)
+    except (json.JSONDecodeError, AttributeError):
+        return None, body or e.response.reason_phrase
+
+
+def _retry_after(e: InvalidStatus) -> float | None:
+    """The seconds a 503's ``Retry-After`` asks for (None: no such header, or not seconds)."""
+    try:
+        return float(e.response.headers.get("Retry-After", ""))
+    except ValueError:
+        return None
 
 
 def session_lost(ws: ClientConnection, error: P.Error | None) -> SessionLost:
@@ -165,10 +191,15 @@ async def finish(ws: ClientConnection, receiver: asyncio.Task[None]) -> None:
 async def send_then_finish(
     ws: ClientConnection, outgoing: AsyncIterable[str | bytes], receiver: asyncio.Task[None]
 ) -> None:
-    """Send every message of ``outgoing``, then finish; sending stops where the connection fails."""
-    with suppress(ConnectionClosed):
-        async for message in outgoing:
-            await ws.send(message)
+    """Send every message of ``outgoing``, then finish; sending stops where the connection fails.
+    Input the client cannot read (``outgoing`` raises ClientError) is finished too, then raised."""
+    try:
+        with suppress(ConnectionClosed):
+            async for message in outgoing:
+                await ws.send(message)
+    except ClientError:
+        await finish(ws, receiver)
+        raise
     await finish(ws, receiver)
 
 
@@ -206,11 +237,17 @@ async def _with_server(main: Callable[[argparse.Namespace], Any], args: argparse
 
 
 def run_client(
-    main: Callable[[argparse.Namespace], Any], ap: argparse.ArgumentParser, argv: list[str] | None
+    main: Callable[[argparse.Namespace], Any],
+    ap: argparse.ArgumentParser,
+    argv: list[str] | None,
+    check: Callable[[argparse.Namespace], None] | None = None,
 ) -> int:
-    """Parse arguments, run the client's coroutine, turn failures into one clear line."""
+    """Parse arguments, ``check`` them (before any model loads), run the client's coroutine, turn
+    failures into one clear line."""
     args = ap.parse_args(argv)
     try:
+        if check is not None:
+            check(args)
         return int(asyncio.run(_with_server(main, args)) or 0)
     except ClientError as e:
         print(f"{ap.prog}: error: {e}", file=sys.stderr)

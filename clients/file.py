@@ -43,9 +43,15 @@ from streampunct.captions import Caption
 CHUNK_S = 0.25
 
 
-def load_audio(path: str) -> np.ndarray:
+def check_file(path: str) -> None:
+    if Path(path).is_dir():
+        raise ClientError(f"{path}: a folder, not an audio file")
     if not Path(path).is_file():
         raise ClientError(f"{path}: no such file")
+
+
+def load_audio(path: str) -> np.ndarray:
+    check_file(path)
     try:
         from faster_whisper import decode_audio
     except ImportError as e:
@@ -162,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cli(argv: list[str] | None = None) -> int:
-    return run_client(main, build_parser(), argv)
+    return run_client(main, build_parser(), argv, check=lambda args: check_file(args.audio))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,11 @@ Each input line is one JSON object, as any recogniser can write it:
     {"revise": 12, "words": [...]}                         replace the words from index 12 on
     {"tick": 3.5}                                          the recogniser's clock, in silence
 
-Punctuated sentences are printed as soon as their last word is final. A session lost on the way
+Punctuated sentences are printed as soon as their last word is final. At most half the words
+the server lets a stream have waiting (its ``ready`` says how many) are sent ahead of the last
+final one, so a file goes as fast as the server computes it and is never refused ``busy``. A line that breaks
+the protocol (a lone surrogate such as "\\ud800" included) is reported on stderr and skipped; input that
+is not UTF-8 ends the stream there: one line, exit status 2. A session lost on the way
 (the server failed or the connection dropped) still prints the final words received, says what
 happened in one line and exits with status 1. This file is the reference
 for integrators: it is the whole protocol of /v1/punct (docs/protocol.md) in about 60 lines.
@@ -37,31 +41,70 @@ from streampunct import protocol as P
 from streampunct.captions import Captioner
 
 
-def to_message(line: str, n: int) -> P.Words | P.Revise | P.Tick:
-    """The message of one input line, checked by the protocol's own rules."""
+def to_message(line: str, n: int) -> str:
+    """The message of one input line, read as the server reads it (the same refusals)."""
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as e:
         raise ClientError(f"input line {n} is not JSON: {e.msg}") from e
     if not isinstance(obj, dict):
         raise ClientError(f"input line {n} is not a JSON object")
+    if "revise" in obj:
+        msg = {"type": "revise", "index": obj["revise"], "words": obj.get("words", [])}
+    elif "tick" in obj:
+        msg = {"type": "tick", "now": obj["tick"]}
+    elif "words" in obj or "text" in obj:
+        msg = {"type": "words", "words": obj["words"] if "words" in obj else [obj]}
+    else:
+        raise ClientError(f'input line {n} has none of "text", "words", "revise", "tick"')
     try:
-        if "revise" in obj:
-            return P.Revise.from_dict({"index": obj["revise"], "words": obj.get("words", [])})
-        if "tick" in obj:
-            return P.Tick.from_dict({"now": obj["tick"]})
-        if "words" in obj or "text" in obj:
-            return P.Words.from_dict({"words": obj["words"] if "words" in obj else [obj]})
+        return P.read_client(json.dumps(msg)).to_json()
     except P.ProtocolError as e:
         raise ClientError(f"input line {n}: {e}") from e
-    raise ClientError(f'input line {n} has none of "text", "words", "revise", "tick"')
 
 
-async def receive(ws: Any, out: Any) -> None:
+# Words sent and not final yet, at most, where the server does not say its --max-waiting-words
+# (half of it where it does): a file sent as fast as the server computes is never refused `busy`.
+IN_FLIGHT = 1000
+
+
+class Flow:
+    """The stream's words sent against its words final: the sender waits while ``in_flight``
+    words are not final (the server computes them in the meantime)."""
+
+    def __init__(self, max_waiting_words: int | None = None) -> None:
+        self.in_flight = max(1, max_waiting_words // 2) if max_waiting_words else IN_FLIGHT
+        self.sent = 0
+        self.final = 0
+        self.moved = asyncio.Event()
+
+    def sending(self, message: str) -> None:
+        msg = json.loads(message)
+        if msg["type"] == "words":
+            self.sent += len(msg["words"])
+        elif msg["type"] == "revise":
+            self.sent = min(self.sent, msg["index"]) + len(msg["words"])
+
+    def finals(self, events: tuple[Any, ...]) -> None:
+        self.final = max([self.final, *(e.index + 1 for e in events if e.final)])
+        self.moved.set()
+
+    async def room(self, receiver: asyncio.Task[None]) -> None:
+        """Wait until the words in flight are fewer than ``in_flight`` (or the session is over)."""
+        while self.sent - self.final >= self.in_flight and not receiver.done():
+            self.moved.clear()
+            waiting = asyncio.ensure_future(self.moved.wait())
+            await asyncio.wait({waiting, receiver}, return_when=asyncio.FIRST_COMPLETED)
+            waiting.cancel()
+
+
+async def receive(ws: Any, out: Any, flow: Flow | None = None) -> None:
     captioner = Captioner(line_chars=None)  # whole sentences: this is text, not live captions
     try:
         async for msg in messages(ws):
             if isinstance(msg, P.Events):
+                if flow is not None:
+                    flow.finals(msg.events)
                 for c in captioner.add(msg.events):
                     print(c.text, file=out, flush=True)
             elif isinstance(msg, P.Error):
@@ -71,27 +114,40 @@ async def receive(ws: Any, out: Any) -> None:
             print(c.text, file=out, flush=True)
 
 
-async def lines(source: IO[str]) -> AsyncIterator[str]:
-    """The protocol messages of the input lines; a bad line is reported and skipped."""
+async def lines(source: IO[bytes], flow: Flow, receiver: asyncio.Task[None]) -> AsyncIterator[str]:
+    """The protocol messages of the input lines, each once ``flow`` has room for it; a bad line is
+    reported and skipped. Input that is not UTF-8 ends the input (a ClientError, once the stream
+    is finished)."""
     loop = asyncio.get_running_loop()
     n = 0
-    while line := await loop.run_in_executor(None, source.readline):  # the loop stays free
+    while True:
+        await flow.room(receiver)
+        raw = await loop.run_in_executor(None, source.readline)  # the loop stays free
+        if not raw:
+            return
         n += 1
+        try:
+            line = raw.decode()
+        except UnicodeDecodeError:
+            raise ClientError(f"input line {n} is not UTF-8 text") from None
         if not line.strip():
             continue
         try:
-            message = to_message(line, n).to_json()
+            message = to_message(line, n)
         except ClientError as e:  # the stream goes on
             print(f"streampunct words: skipped: {e}", file=sys.stderr, flush=True)
             continue
+        flow.sending(message)
         yield message
 
 
 async def main(args: argparse.Namespace) -> int:
-    source = open(args.file, encoding="utf-8") if args.file else sys.stdin  # noqa: SIM115
-    ws, _ = await open_stream(args.url, "/v1/punct", stream_config(args), args.token)
+    source = open(args.file, "rb") if args.file else sys.stdin.buffer  # noqa: SIM115
+    ws, ready = await open_stream(args.url, "/v1/punct", stream_config(args), args.token)
+    flow = Flow(ready.max_waiting_words)
     async with ws:
-        await send_then_finish(ws, lines(source), asyncio.create_task(receive(ws, sys.stdout)))
+        receiver = asyncio.create_task(receive(ws, sys.stdout, flow))
+        await send_then_finish(ws, lines(source, flow, receiver), receiver)
     return 0
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -32,6 +33,7 @@ import signal
 import ssl
 import sys
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from http import HTTPStatus
 from pathlib import Path
@@ -44,13 +46,13 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from server.guard import Access, Limits, Pace
+from server.guard import LOOPBACK_HOSTS, STREAMS_PER_CLIENT, Access, Limits, Pace, is_loopback
 from streampunct import Punctuator, StreamPunctError
 from streampunct import protocol as P
 from streampunct.asr import SENTENCE_ENDS, Hypothesis, StreamingRecognizer, is_silence
 from streampunct.captions import Captioner
 from streampunct.flags import add_config_flags, config_from_flags, number_or_off
-from streampunct.scheduler import Batcher
+from streampunct.scheduler import LOAD_WINDOW_S, Batcher, Load
 from streampunct.types import SAMPLE_RATE, PunctEvent, Word
 
 PAGE = Path(__file__).parent / "page" / "index.html"
@@ -125,9 +127,11 @@ class App:
         self.pause_clock = pause_clock
         self.batcher = Batcher()
         self.asr_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr")
+        self.asr_load = Load()  # the recognition worker's, in audio seconds
         self._whisper: Any = None
         self._whisper_lock = asyncio.Lock()
         self.active = 0
+        self.streams_of: Counter[str | None] = Counter()  # open streams by client address
         self.stopped_at = math.inf  # when SIGTERM (or SIGINT) came
         self.stopping = asyncio.Event()
         self._ids = itertools.count(1)
@@ -171,27 +175,29 @@ class App:
 
     async def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         path = urlparse(request.path).path
-        if path == "/health":
-            return await self.health()
-        if path in ("/", "/index.html"):
-            return page_response()
-        if path not in ("/v1/punct", "/v1/asr"):
-            return _json_response(
-                HTTPStatus.NOT_FOUND,
-                P.Error("not_found", f"no endpoint {path}; try /v1/punct, /v1/asr or /health"),
-            )
-        refusal = self.access.refuse(request, self.secure)
+        stream = path in ("/v1/punct", "/v1/asr")
+        refusal = self.access.refuse(request, self.secure, connection.local_address[1], stream)
         if refusal is not None:
             _log(
                 logging.WARNING,
                 "refused",
                 code=refusal.code,
-                origin=(request.headers.get("Origin") or "")[:100],
+                host=", ".join(request.headers.get_all("Host"))[:100],
+                origin=", ".join(request.headers.get_all("Origin"))[:100],
             )
             response = _json_response(refusal.status, P.Error(refusal.code, refusal.message))
             if refusal.status == HTTPStatus.UNAUTHORIZED:
                 response.headers["WWW-Authenticate"] = 'Bearer realm="streampunct"'
             return response
+        if path == "/health":
+            return await self.health()
+        if path in ("/", "/index.html"):
+            return page_response()
+        if not stream:
+            return _json_response(
+                HTTPStatus.NOT_FOUND,
+                P.Error("not_found", f"no endpoint {path}; try /v1/punct, /v1/asr or /health"),
+            )
         if self.stopping.is_set():
             return _json_response(
                 HTTPStatus.SERVICE_UNAVAILABLE, P.Error("shutting_down", "the server is shutting down")
@@ -203,14 +209,48 @@ class App:
                     "too_many_streams", f"the server is at its limit of {self.limits.max_streams} streams"
                 ),
             )
+        if (full := self.client_full(_peer(connection))) is not None:
+            return _json_response(HTTPStatus.TOO_MANY_REQUESTS, full)
+        if (busy := self.busy(path)) is not None:
+            response = _json_response(HTTPStatus.SERVICE_UNAVAILABLE, busy)
+            response.headers["Retry-After"] = str(math.ceil(LOAD_WINDOW_S))
+            return response
         return None
+
+    def busy(self, path: str) -> P.Error | None:
+        """Why the server takes no new stream on ``path`` now (its worker is past ``max_load``), or
+        None: a new stream would slow every open one past its bounds."""
+        most = self.limits.max_load
+        loads = [("punctuation", self.batcher.load, "words")]
+        if path == "/v1/asr":
+            loads.append(("speech recognition", self.asr_load, "audio seconds"))
+        for what, load, unit in loads:
+            if most is not None and (busy := load.busy()) >= most:
+                capacity = load.capacity()
+                about = f" (about {capacity:.0f} {unit} a second)" if capacity else ""
+                _log(logging.WARNING, "busy", worker=what, load=round(busy, 3), capacity=capacity)
+                message = f"the server's {what} is at {busy:.0%} of its capacity{about}: try again later"
+                return P.Error("busy", message)
+        return None
+
+    def client_full(self, peer: str | None) -> P.Error | None:
+        """Why a client address may open no more streams (it holds its limit), or None."""
+        most = self.limits.max_streams_per_client
+        if most is None or self.streams_of[peer] < most:
+            return None
+        message = f"a client may hold {most:g} streams at once: close one first"
+        return P.Error("too_many_client_streams", message)
 
     # --- websockets ------------------------------------------------------------------------
 
     async def handler(self, connection: ServerConnection) -> None:
         path = urlparse(connection.request.path).path if connection.request else ""
         session_id = f"{next(self._ids):06d}"
-        peer = connection.remote_address[0] if connection.remote_address else None
+        peer = _peer(connection)
+        if (full := self.client_full(peer)) is not None:  # its handshakes passed process_request together
+            await connection.send(full.to_json())
+            await connection.close(1013, "too many streams")
+            return
         self.active += 1
         if self.active > self.limits.max_streams:  # handshakes that passed process_request together
             self.active -= 1
@@ -218,6 +258,7 @@ class App:
             await connection.send(P.Error("too_many_streams", message).to_json())
             await connection.close(1013, "too many streams")
             return
+        self.streams_of[peer] += 1
         _log(logging.INFO, "connect", session=session_id, path=path, peer=peer)
         session: Session = (
             PunctSession(self, connection, session_id)
@@ -241,7 +282,15 @@ class App:
                 pass
         finally:
             self.active -= 1
+            self.streams_of[peer] -= 1
+            if not self.streams_of[peer]:
+                del self.streams_of[peer]
             _log(logging.INFO, "disconnect", session=session_id, words=session.words_in)
+
+
+def _peer(connection: ServerConnection) -> str | None:
+    """The client's address."""
+    return connection.remote_address[0] if connection.remote_address else None
 
 
 def _json_response(status: HTTPStatus, payload: dict[str, Any] | P.Message) -> Response:
@@ -294,6 +343,7 @@ class Session:
     """The state of one connection: its configuration and its stream."""
 
     audio = False
+    INPUT = "words"  # what keeps a stream alive: ticks, and messages refused, do not
     DRAIN_QUIET_S = 1.0  # on shutdown: no message for this long, and the client has sent all it had
 
     def __init__(self, app: App, connection: ServerConnection, session_id: str):
@@ -304,6 +354,7 @@ class Session:
         self.stream: Any = None
         self.words_in = 0
         self.started = math.inf  # when the config was taken
+        self.last_input: float | None = None  # when words (audio) were last taken
 
     async def send(self, msg: P.Message) -> None:
         await self.connection.send(msg.to_json())
@@ -316,16 +367,14 @@ class Session:
         """Read and answer messages until the stream ends, a limit ends it, or the server stops."""
         limits = self.app.limits
         stop = asyncio.ensure_future(self.app.stopping.wait())
-        opened = last = time.monotonic()
+        opened = time.monotonic()
         try:
             while True:
                 now = time.monotonic()
                 if self.cfg is None:
                     deadline = _after(opened, limits.config_timeout_s)
                 else:
-                    deadline = min(
-                        _after(last, limits.idle_timeout_s), _after(self.started, limits.max_session_s)
-                    )
+                    deadline = min(self.idle_deadline(), _after(self.started, limits.max_session_s))
                 recv = asyncio.ensure_future(self.connection.recv())
                 timeout = None if deadline == math.inf else max(0.0, deadline - now)
                 done, _ = await asyncio.wait(
@@ -336,9 +385,8 @@ class Session:
                     if stop in done:
                         await self.shut_down()
                     else:
-                        await self.time_out(last)
+                        await self.time_out()
                     return
-                last = time.monotonic()
                 if await self.take(recv.result()):
                     return
         finally:
@@ -354,7 +402,7 @@ class Session:
                 await self.connection.close()
                 return True
         except RateLimited as e:
-            await self.send(P.Error("rate_limited", str(e), self.stream.n_words))
+            await self.send(P.Error("rate_limited", str(e), self.words_taken()))
             await self.end(reason="rate limit")
             await self.connection.close(1008, "rate limit")
             return True
@@ -382,19 +430,33 @@ class Session:
             await self.end(reason="server shutting down")
         await self.connection.close(1001, "server shutting down")
 
-    async def time_out(self, last: float) -> None:
-        """A limit of time ran out: no config yet, no message for too long, or the stream is too long."""
+    def words_taken(self) -> int:
+        """The stream's words once all that was taken from the client is computed."""
+        return self.stream.n_words
+
+    def idle_deadline(self) -> float:
+        """When a configured stream is finished for want of input: ``words_timeout_s`` after the
+        config while it has taken none, ``idle_timeout_s`` after the last it took."""
+        limits = self.app.limits
+        if self.last_input is None:
+            return _after(self.started, limits.words_timeout_s)
+        return _after(self.last_input, limits.idle_timeout_s)
+
+    async def time_out(self) -> None:
+        """A limit of time ran out: no config yet, no input yet or for too long, or the stream is too long."""
         limits = self.app.limits
         if self.cfg is None:
             message = f"no config message within {limits.config_timeout_s:g} s of connecting"
             await self.send(P.Error("config_timeout", message))
             await self.connection.close(1008, "config timeout")
             return
-        if limits.idle_timeout_s is not None and time.monotonic() - last >= limits.idle_timeout_s:
-            code, message = "idle_timeout", f"no message for {limits.idle_timeout_s:g} s"
-        else:
+        if time.monotonic() < self.idle_deadline():
             code, message = "session_too_long", f"a stream may last {limits.max_session_s:g} s at most"
-        await self.send(P.Error(code, message + "; the stream is finished", self.stream.n_words))
+        elif self.last_input is None:
+            code, message = "words_timeout", f"no {self.INPUT} {limits.words_timeout_s:g} s after the config"
+        else:
+            code, message = "idle_timeout", f"no {self.INPUT} for {limits.idle_timeout_s:g} s"
+        await self.send(P.Error(code, message + "; the stream is finished", self.words_taken()))
         await self.end(reason=code.replace("_", " "))
         await self.connection.close(1008, code.replace("_", " "))
 
@@ -422,31 +484,161 @@ class Session:
 
 
 class PunctSession(Session):
+    """Words in, events out. The receive loop only takes the messages (paced, in a queue), so the
+    socket is read and the keepalive answered however far behind the batcher is; a compute task of
+    the session's own runs them in order. A message that would take the words waiting past
+    ``max_waiting_words`` is not taken: ``busy``, and the stream goes on."""
+
+    def __init__(self, app: App, connection: ServerConnection, session_id: str):
+        super().__init__(app, connection, session_id)
+        self.work: collections.deque[tuple[P.Message, int]] = collections.deque()  # taken; replies
+        self.wake = asyncio.Event()  # work was queued
+        self.done = asyncio.Event()  # no work waits
+        self.waiting = 0  # words (a tick: one) taken and not computed yet
+        self.taken = 0  # the stream's words once what waits is computed
+        self.refused: int | None = None  # told busy: words are taken again from a revise at this index
+        self.worker: asyncio.Task[None] | None = None
+
     async def configure(self, cfg: P.Config) -> None:
         self.stream = self.app.punctuator.stream(cfg.lookahead, cfg.max_delay_ms, cfg.engine)
         limits = self.app.limits
         self.rate = Pace(limits.words_per_s, limits.words_burst)
+        self.clock = -math.inf  # the recogniser's: the latest now or word time taken
         self.cfg = cfg
-        await self.send(P.Ready.of(self.id, cfg, self.stream.engine))
+        await self.send(P.Ready.of(self.id, cfg, self.stream.engine, limits.max_waiting_words))
+        self.worker = asyncio.create_task(self.compute(), name=f"punct-{self.id}")
+
+    async def run(self) -> None:
+        try:
+            await super().run()
+        finally:
+            if self.worker is not None:  # a job under way runs to its end; its events are dropped
+                self.worker.cancel()
+                await asyncio.wait([self.worker])
 
     async def on_message(self, message: str | bytes) -> bool:
-        batcher = self.app.batcher
-        match P.read_client(message):
-            case P.Words(words, now):
+        msg = P.read_client(message)
+        match msg:
+            case P.Words(words) | P.Revise(_, words):
+                size = max(1, len(words))
+                resent = isinstance(msg, P.Revise) and msg.index == self.refused
+                full = self.waiting and self.waiting + size > self.app.limits.max_waiting_words
+                if full or (self.refused is not None and not resent):
+                    self.refused = self.taken
+                    await super().send(P.Error("busy", self.busy_message(), self.taken))  # at once
+                    return False
+                self.refused = None
                 await self.pace(len(words), self.rate, "words")
-                await self.send_events(await batcher.push(self.stream, list(words), now=now))
-                self.words_in += len(words)
-            case P.Revise(index, words, now):
-                await self.pace(len(words), self.rate, "words")
-                await self.send_events(await batcher.revise(self.stream, index, list(words), now=now))
-            case P.Tick(now):
-                await self.send_events(await batcher.tick(self.stream, now))
+                if isinstance(msg, P.Revise):
+                    self.taken = min(self.taken, msg.index) + len(words)
+                else:
+                    self.taken += len(words)
+                    self.words_in += len(words)
+                if words:
+                    self.last_input = time.monotonic()
+            case P.Tick():
+                size = 1
             case P.End():
                 await self.end()
                 return True
+        self.waiting += size
+        self.queue(msg, size)
         return False
 
+    def queue(self, msg: P.Message, size: int) -> None:
+        self.work.append((msg, size))
+        self.done.clear()
+        self.wake.set()
+
+    async def send(self, msg: P.Message) -> None:
+        """Replies go in the order of the messages: one to a message that came after work still
+        waiting (an error, say) goes behind that work, unless the compute task sends it."""
+        if (self.waiting or self.work) and asyncio.current_task() is not self.worker:
+            self.queue(msg, 0)
+        else:
+            await super().send(msg)
+
+    def words_taken(self) -> int:
+        return self.taken
+
+    def busy_message(self) -> str:
+        return (
+            f"the server is behind: {self.waiting} words of this stream wait to be computed (at most "
+            f"{self.app.limits.max_waiting_words}); this message was not taken: resend from word "
+            f"{self.taken} as a revise at that index once more words are final"
+        )
+
+    async def compute(self) -> None:
+        """The compute task: each message taken, in order. Words messages that wait one after another
+        are pushed together, as one message would be (its ``now`` the latest): a stream's final
+        labels do not depend on when the clock was told (``Lookahead.ahead``), and a stream that
+        sends many small messages gets one job a batch, not one a message. A fault closes this
+        connection alone."""
+        batcher = self.app.batcher
+        try:
+            while True:
+                while not self.work:
+                    self.done.set()
+                    self.wake.clear()
+                    await self.wake.wait()
+                msg, size = self.work.popleft()
+                while isinstance(msg, P.Words) and self.work and isinstance(more := self.work[0][0], P.Words):
+                    size += self.work.popleft()[1]
+                    nows = [t for t in (msg.now, more.now) if t is not None]
+                    msg = P.Words(msg.words + more.words, max(nows, default=None))
+                try:
+                    match msg:
+                        case P.Words(words, now):
+                            await self.send_events(await batcher.push(self.stream, list(words), now=now))
+                            self.took(words, now)
+                        case P.Revise(index, words, now):
+                            await self.send_events(
+                                await batcher.revise(self.stream, index, list(words), now=now)
+                            )
+                            self.took(words, now)
+                        case P.Tick(now):
+                            self.forward(now)
+                            await self.send_events(await batcher.tick(self.stream, now))
+                            self.clock = now
+                        case _:  # a reply, queued behind the work before it
+                            await self.send(msg)
+                except StreamPunctError as e:  # e.g. revising final words: the stream is unchanged
+                    self.taken = self.stream.n_words + self.waiting - size  # what the queue adds
+                    await self.send(P.Error("bad_input", str(e)))
+                finally:
+                    self.waiting -= size
+        except ConnectionClosed:
+            pass  # the receive loop sees it too
+        except Exception:
+            final = self.stream.n_final
+            log.exception("session_failed", extra={"fields": {"session": self.id, "word": final}})
+            with contextlib.suppress(ConnectionClosed):
+                message = f"the server failed on this stream; it is closed (words before {final} are final)"
+                await self.send(P.Error("internal", message, final))
+                await self.connection.close(1011, "internal error")
+
+    def took(self, words: tuple[Word, ...], now: float | None) -> None:
+        """The stream took these words (a revision's too): its clock has reached their times and ``now``."""
+        self.clock = max([self.clock, *(t for t in (now, *(w.time for w in words)) if t is not None)])
+
+    def forward(self, now: float) -> None:
+        """A tick: the recogniser's clock runs forward; one behind the stream's is refused."""
+        if now < self.clock:
+            raise P.ProtocolError(
+                "bad_input",
+                f"a tick at {now:g} s is behind the stream's clock, {self.clock:g} s (its latest now or "
+                "word time): the recogniser's clock runs forward",
+            )
+
     async def end(self, reason: str | None = None) -> None:
+        """Compute the messages taken, then finish the stream."""
+        if self.worker is not None and not self.worker.done():
+            done = asyncio.ensure_future(self.done.wait())
+            await asyncio.wait({done, self.worker}, return_when=asyncio.FIRST_COMPLETED)
+            done.cancel()
+        if self.worker is not None and self.worker.done():  # it failed, and closed the connection
+            await self.connection.wait_closed()
+            return
         await self.send_events(await self.app.batcher.finish(self.stream))
         await self.send(P.Finished(self.stream.n_words, reason=reason))
 
@@ -459,6 +651,7 @@ class AsrSession(Session):
     client gets a ``lag`` message; the connection stays open."""
 
     audio = True
+    INPUT = "audio"
 
     # Audio waiting beyond this (a sender an hour ahead of recognition): stop reading. Not sooner:
     # a connection that is not read cannot answer its keepalive, and a file sent at full speed
@@ -507,6 +700,8 @@ class AsrSession(Session):
             self.inbox.append((audio, time.monotonic()))
             self.inbox_samples += len(audio)
             self.received += len(audio)
+            if len(audio):
+                self.last_input = time.monotonic()
             self.wake.set()
             await self.hear(audio)
             await self.make_room()
@@ -549,7 +744,13 @@ class AsrSession(Session):
 
     def process(self) -> Hypothesis:
         """One pass, in the ASR worker: the clock is read when the pass starts, not when queued."""
-        return self.recognizer.process(now=time.monotonic())
+        self.app.asr_load.start()
+        hyp = None
+        try:
+            hyp = self.recognizer.process(now=time.monotonic())
+            return hyp
+        finally:
+            self.app.asr_load.stop(hyp.pass_.new_s if hyp is not None and hyp.pass_ is not None else 0.0)
 
     async def recognise(self) -> None:
         """The recognition task: a pass whenever enough audio waits; after ``end``, until less than
@@ -942,9 +1143,22 @@ def main(argv: list[str] | None = None) -> int:
         help="a web origin (https://example.org) whose pages may open streams, besides this server's "
         "own page; repeatable; * allows any (default: only the server's own page)",
     )
+    security.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name clients reach this server by (its Host header), besides the --host address and "
+        f"{', '.join(LOOPBACK_HOSTS)}; repeatable; any other is refused (DNS rebinding)",
+    )
     security.add_argument("--certfile", help="TLS certificate chain (PEM): serve wss:// and https://")
     security.add_argument("--keyfile", help="TLS private key (PEM), with --certfile")
-    add_config_flags(ap.add_argument_group("limits (docs/protocol.md, Security)"), Limits)
+    per_client = {"type": number_or_off, "default": argparse.SUPPRESS}  # absent: by --host
+    add_config_flags(
+        ap.add_argument_group("limits (docs/protocol.md, Security)"),
+        Limits,
+        max_streams_per_client=per_client,
+    )
     ap.add_argument("--log-level", default="info")
     args = ap.parse_args(argv)
     if bool(args.certfile) != bool(args.keyfile):
@@ -962,8 +1176,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.certfile:
             tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             tls.load_cert_chain(args.certfile, args.keyfile)
-        access = Access(args.token or None, tuple(args.allow_origin))
+        access = Access(
+            args.token or None, tuple(args.allow_origin), (*LOOPBACK_HOSTS, args.host, *args.allow_host)
+        )
         limits = config_from_flags(args, Limits)
+        if "max_streams_per_client" not in args and not is_loopback(args.host):
+            limits = dataclasses.replace(limits, max_streams_per_client=STREAMS_PER_CLIENT)
 
         async def start() -> None:
             options = asr_options(

@@ -1,9 +1,11 @@
 """What the server lets in, and how much: access control at the HTTP handshake, limits per connection.
 
-- :class:`Access` decides a handshake before the websocket opens: a shared secret (``Authorization:
-  Bearer``, or ``?token=`` for a browser, which cannot set headers) and an ``Origin`` allow-list
-  (by default only the server's own page: a web page elsewhere cannot open streams on a server it
-  can reach, the cross-site WebSocket hijacking that a token-less loopback server invites).
+- :class:`Access` decides a request before it is answered: a ``Host`` allow-list (a web page whose
+  name an attacker has pointed at this server, DNS rebinding, names itself), and for a stream,
+  before the websocket opens, a shared secret (``Authorization: Bearer``, or ``?token=`` for a
+  browser, which cannot set headers) and an ``Origin`` allow-list (by default only the server's own
+  page: a web page elsewhere cannot open streams on a server it can reach, the cross-site WebSocket
+  hijacking that a token-less loopback server invites).
 - :class:`Limits` holds every limit of a connection, each configurable with a flag of ``serve``.
 - :class:`Pace` slows a connection that sends faster than its limit, and says when it is too far
   ahead to be slowed (the server then finishes its stream with ``rate_limited``).
@@ -14,12 +16,13 @@ docs/protocol.md ("Security") documents each, with the error codes.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import ClassVar
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, urlparse, urlsplit
 
 from websockets.http11 import Request
 
@@ -33,17 +36,57 @@ class Refusal:
     message: str
 
 
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")  # names every server answers to, with the bound address
+STREAMS_PER_CLIENT = 8  # Limits.max_streams_per_client bound beyond loopback, unless given
+
+
+def host_name(value: str) -> str | None:
+    """The host of a ``Host`` header or an allow-list entry, as they compare: lower case, an IPv6
+    address without its brackets, no port (None: not a host)."""
+    if value.count(":") > 1 and not value.startswith("["):  # an IPv6 address as --host takes it
+        return value.lower()
+    try:
+        return urlsplit("//" + value).hostname or None
+    except ValueError:
+        return None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a server bound to ``host`` is reachable from this machine alone."""
+    try:
+        return host_name(host) == "localhost" or ipaddress.ip_address(host_name(host) or "").is_loopback
+    except ValueError:
+        return False
+
+
 @dataclass(frozen=True)
 class Access:
     """``token``: the shared secret every stream must present (None: none needed). ``origins``:
     the web origins allowed besides the server's own page (``*``: any; ``null``: sandboxed and
-    file pages). A request without ``Origin`` (not a browser) is judged by the token alone."""
+    file pages). ``hosts``: the names the server answers to (``Host``); its own page is on one of
+    them, on its port. A request without ``Origin`` (not a browser) is judged by the token alone."""
 
     token: str | None = None
     origins: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = LOOPBACK_HOSTS
 
-    def refuse(self, request: Request, secure: bool) -> Refusal | None:
-        """Why this websocket handshake may not open, or None."""
+    def refuse(self, request: Request, secure: bool, port: int, stream: bool = True) -> Refusal | None:
+        """Why this request may not be answered (any path: its Host), or, for a ``stream``, may not
+        open (its token and Origin); None: it may. ``port``: where the request came in."""
+        for name in ("Host", "Origin", "Authorization"):
+            if len(request.headers.get_all(name)) > 1:
+                return Refusal(
+                    HTTPStatus.BAD_REQUEST, "bad_request", f"a request has one {name} header at most"
+                )
+        host = request.headers.get("Host", "")
+        if not self._answers(host):
+            return Refusal(
+                HTTPStatus.FORBIDDEN,
+                "forbidden_host",
+                f"this server does not answer to the host {host[:100]!r} (serve --allow-host)",
+            )
+        if not stream:
+            return None
         if self.token is not None and not self._has_token(request):
             return Refusal(
                 HTTPStatus.UNAUTHORIZED,
@@ -51,7 +94,7 @@ class Access:
                 "this server needs a token: send `Authorization: Bearer TOKEN` (or ?token=TOKEN)",
             )
         origin = request.headers.get("Origin")
-        if origin is not None and not self._allows(origin, request.headers.get("Host", ""), secure):
+        if origin is not None and not self._allows(origin, secure, port):
             return Refusal(
                 HTTPStatus.FORBIDDEN,
                 "forbidden_origin",
@@ -67,9 +110,20 @@ class Access:
             value = (parse_qs(urlparse(request.path).query).get("token") or [""])[0]
         return hmac.compare_digest(value.strip().encode(), self.token.encode())
 
-    def _allows(self, origin: str, host: str, secure: bool) -> bool:
-        own = f"{'https' if secure else 'http'}://{host}"
-        return origin == own or "*" in self.origins or origin in self.origins
+    def _answers(self, host: str) -> bool:
+        return host_name(host) in {host_name(h) for h in self.hosts} - {None}
+
+    def _allows(self, origin: str, secure: bool, port: int) -> bool:
+        """An allowed origin, or the server's own page: its scheme, a host it answers to, its port."""
+        if "*" in self.origins or origin in self.origins:
+            return True
+        scheme = "https" if secure else "http"
+        try:
+            page = urlsplit(origin)
+            own_port = page.port or {"http": 80, "https": 443}.get(page.scheme)
+        except ValueError:
+            return False
+        return page.scheme == scheme and own_port == port and self._answers(page.netloc)
 
 
 @dataclass(frozen=True)
@@ -78,7 +132,9 @@ class Limits:
     a client ahead of its rate is slowed; one more than ``max_wait_s`` ahead is refused."""
 
     max_streams: int = 64
+    max_streams_per_client: int | None = None  # STREAMS_PER_CLIENT bound beyond loopback
     config_timeout_s: float | None = 10.0
+    words_timeout_s: float | None = 60.0
     idle_timeout_s: float | None = 600.0
     max_session_s: float | None = 12 * 3600.0
     words_per_s: float | None = 200.0
@@ -86,12 +142,19 @@ class Limits:
     audio_speed: float | None = 10.0
     audio_burst_s: float = 60.0
     max_wait_s: float = 5.0
+    max_waiting_words: int = 2000
+    max_load: float | None = 0.9
     shutdown_grace_s: float = 10.0
 
     HELP: ClassVar[dict[str, str]] = {  # what each is, and the help of its `serve` flag
         "max_streams": "streams open at once, all clients together (HTTP 503 beyond)",
+        "max_streams_per_client": "streams open at once from one client address (HTTP 429 beyond; default: "
+        f"off bound to loopback, {STREAMS_PER_CLIENT} beyond it); a number or off",
         "config_timeout_s": "seconds from connecting to the config message",
-        "idle_timeout_s": "seconds without a message (a tick counts) before the stream is finished",
+        "words_timeout_s": "seconds from the config to the first words (/v1/asr: audio) before the stream "
+        "is finished",
+        "idle_timeout_s": "seconds without words (/v1/asr: audio) before the stream is finished: ticks and "
+        "messages refused do not count",
         "max_session_s": "seconds a stream may last, from its config",
         "words_per_s": "words a second per /v1/punct stream, sustained (speech: about 3); a client ahead "
         "is slowed",
@@ -99,6 +162,10 @@ class Limits:
         "audio_speed": "audio seconds a second per /v1/asr stream (1: real time), sustained",
         "audio_burst_s": "audio seconds a /v1/asr stream may send at once beyond its rate",
         "max_wait_s": "seconds a client may be slowed for one message; further ahead it is refused",
+        "max_waiting_words": "words a /v1/punct stream may have waiting for compute; a message that would "
+        "pass it is not taken (`busy`), and the stream goes on",
+        "max_load": "share of the last 5 s the punctuation (or, for /v1/asr, the recognition) worker "
+        "computed, past which new streams are refused (HTTP 503 `busy`, Retry-After)",
         "shutdown_grace_s": "on SIGTERM, seconds the open streams take what their clients send before "
         "they are finished; as long again to finish them",
     }

@@ -67,8 +67,10 @@ Falling behind. Recognition is *behind* when audio that is due has waited more t
 (default 8 s) without being recognised. Audio is due once real time has reached it: the caller
 passes its clock as ``now`` to ``feed()`` and ``process()``, and audio at stream time ``t`` is due
 at ``anchor + t``, where the anchor is the latest ``now - stream time`` of a fed chunk's end (a
-sender that pauses moves the schedule on). Audio sent ahead of real time, such as a file sent as
-fast as possible, is therefore not late while recognition keeps up with real time. Without a
+sender that pauses moves the schedule on), a chunk's end taken at most ``LIVE_CHUNK_S`` (1 s) after
+its start: a live sender's chunk was recorded by the time it arrives, and audio beyond that in one
+chunk (a file sent in 32 s chunks) was sent ahead. Audio sent ahead of real time, such as a file
+sent as fast as possible, is therefore not late while recognition keeps up with real time. Without a
 clock all fed audio is due. The catch-up policy, at the start of ``process()`` (or alone, without
 the model: ``catch_up()``, for a caller that reports the skip before the pass):
 
@@ -127,6 +129,8 @@ __all__ = [
 # A word the recogniser gives a probability under this is unsure: it settles after
 # ``settle_unsure_after_s`` (LocalAgreement).
 UNSURE_BELOW = 0.5
+# Of one chunk fed, the audio recorded by the time it arrived (the rest was sent ahead of real time).
+LIVE_CHUNK_S = 1.0
 
 
 def _key(text: str) -> str:
@@ -394,10 +398,11 @@ class StreamingRecognizer:
         """Take audio; ``now``: the caller's clock (seconds) when it arrived, for :meth:`lag`."""
         if audio.ndim != 1:
             raise StreamPunctError("audio must be mono")
+        start = self.duration
         self.waiting.append(audio.astype(np.float32, copy=False))
         self.unprocessed += len(audio)
         if now is not None:
-            late = now - self.duration
+            late = now - min(self.duration, start + LIVE_CHUNK_S)
             self._anchor = late if self._anchor is None else max(self._anchor, late)
 
     def ready(self) -> bool:

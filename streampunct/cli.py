@@ -74,7 +74,12 @@ def cmd_punctuate(args: argparse.Namespace) -> int:
     if not text.split():
         raise EmptyInputError("no words in the input")
     p = Punctuator.load(args.model, device=args.device)
-    print(p.punctuate(text, lookahead=args.lookahead, engine=args.engine))
+    if args.labels:  # a teacher labelling text for a student: the training format
+        words = text.split()
+        labels = p.predict(words, lookahead=args.lookahead, engine=args.engine)
+        sys.stdout.writelines(f"{w}\t{label}\n" for w, label in zip(words, labels))
+    else:
+        print(p.punctuate(text, lookahead=args.lookahead, engine=args.engine))
     return 0
 
 
@@ -239,6 +244,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("punctuate", help="punctuate text from a file or stdin")
     p.add_argument("file", nargs="?", help="text file (default: stdin)")
+    p.add_argument(
+        "--labels",
+        action="store_true",
+        help="write word<TAB>LABEL lines, the training format, instead of text (a teacher labelling "
+        "unlabelled text for a student: docs/training.md)",
+    )
     _add_mode(p)
     p.set_defaults(run=cmd_punctuate)
 

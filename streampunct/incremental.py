@@ -40,6 +40,10 @@ class WindowState:
     def __init__(self, model: PunctModel, lookahead: int | None):
         self.model = model
         cfg = model.cfg
+        if cfg.interaction or cfg.masked_stream:
+            raise InputError(
+                "a two-stream teacher labels whole windows (label_tokens, predict); it is not streamed"
+            )
         self.lookahead = lookahead
         self.ks = layer_lookaheads(lookahead, cfg.n_layer)
         self.reach: list[float] = (  # inf: a window-engine pass recomputes every row
@@ -141,15 +145,16 @@ class WindowState:
         h = top[[self._last_piece(w) for w in rows]][None]  # (1, n, C)
         tag_ids = torch.tensor(list(tags[kept : word + 1]), dtype=torch.long, device=self.device)
         z = torch.cat([h, m.tag_emb(tag_ids)[None]], dim=-1)  # (1, n, C + pos_dim)
-        q, k_new, v_new = m.fusion.attn.project(z)  # (1, heads, n, hs)
+        fusion = cast(Layer, m.fusion)  # a POS-fused model has its fusion layer
+        q, k_new, v_new = fusion.attn.project(z)  # (1, heads, n, hs)
         keys = torch.cat([self.fusion_keys[:, :, :kept], k_new], dim=2)
         values = torch.cat([self.fusion_values[:, :, :kept], v_new], dim=2)
         if final:
             self.fusion_keys, self.fusion_values = keys, values
         everything = torch.ones(1, 1, 1, word + 1, dtype=torch.bool, device=self.device)
-        attended = m.fusion.attn.attend(q[:, :, -1:], keys, values, everything)
+        attended = fusion.attn.attend(q[:, :, -1:], keys, values, everything)
         return m.biased(
-            m.head(m.fusion.after_attention(z[:, -1:], attended)[0, 0]).float().cpu(), self.lookahead
+            m.head(fusion.after_attention(z[:, -1:], attended)[0, 0]).float().cpu(), self.lookahead
         )
 
 

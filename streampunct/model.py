@@ -87,6 +87,17 @@ class ModelConfig:
     # Whether it also reads a sentence-end mark followed by a word in lower case (a streamed
     # recogniser's mid-sentence period that a later pass went on from).
     pause_continued: bool = False
+    # FFA's two-stream teacher (Wang et al., ../shared/papers/ffa-two-stream-attention.txt), made
+    # of parts that each can be left out for its ablation. `interaction`: every attention layer
+    # mixes its heads' scores before the softmax (FFA's interaction self-attention, J + P J with a
+    # learnt heads x heads P). `masked_stream`: a second encoder of the same shape reads the window
+    # under the strictest mask (a word sees no word after it) and each word's two states are
+    # concatenated. `stream_fusion`: one transformer layer over that concatenation (FFA's fusion
+    # layer; False: straight to the classifier). Such a model labels windows (the teacher's use);
+    # the incremental stream of the masked engine does not compute it.
+    interaction: bool = False
+    masked_stream: bool = False
+    stream_fusion: bool = True
 
     @classmethod
     def read(cls, directory: str | Path) -> ModelConfig:
@@ -169,6 +180,18 @@ def attention_mask(word_pos: torch.Tensor, valid: torch.Tensor, k: int | None) -
     return allowed[:, None, :, :]
 
 
+def fusion_mask(valid: torch.Tensor, lookahead: int | None) -> torch.Tensor:
+    """(B, W) words that exist -> (B, 1, W, W): which words a word sees in the fusion layer (over
+    each word's features: its last hidden state, the masked stream's, its POS tag's embedding).
+    With a lookahead, earlier words only: each feature of a word depends on words up to k after it,
+    so the bound stays k. Offline, every word."""
+    W = valid.shape[1]
+    allowed = valid[:, None, :].expand(-1, W, -1)  # (B, W, W): key words that exist
+    if lookahead is not None:
+        allowed = allowed & torch.ones(W, W, dtype=torch.bool, device=valid.device).tril()
+    return allowed[:, None]
+
+
 def relative_buckets(offset: torch.Tensor, n_buckets: int, max_distance: int) -> torch.Tensor:
     """MPNet's bucket of each key's offset from its query (``key - query``, in tokens): half the
     buckets for keys before the query and half for keys after; offsets below a quarter of the
@@ -188,6 +211,13 @@ class SelfAttention(nn.Module):
         self.qkv = Linear(cfg.n_embd, 3 * cfg.n_embd)  # queries, keys and values in one product
         self.out = Linear(cfg.n_embd, cfg.n_embd)
         self.dropout = cfg.dropout
+        # FFA's interaction: each head's scores plus a learnt mix of every head's (its footnote:
+        # initialised with a spread of 0.1 / sqrt(C))
+        self.mix = (
+            nn.Parameter(torch.randn(cfg.n_head, cfg.n_head) * 0.1 / cfg.n_embd**0.5)
+            if cfg.interaction
+            else None
+        )
 
     def _heads(self, y: torch.Tensor) -> torch.Tensor:
         B, T, C = y.shape
@@ -205,7 +235,13 @@ class SelfAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         if mask.dtype != torch.bool:  # an additive mask (relative position bias): q's dtype
             mask = mask.to(q.dtype)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, nh, Tq, hs)
+        if self.mix is None:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, nh, Tq, hs)
+        else:  # the heads' scores J become J + P J before the mask and the softmax
+            scores = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5  # (B, nh, Tq, Tk)
+            scores = scores + torch.einsum("gh,bhqk->bgqk", self.mix.to(scores.dtype), scores)
+            scores = scores.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else scores + mask
+            y = F.dropout(scores.softmax(-1), p) @ v
         return self.out(y.transpose(1, 2).reshape(B, Tq, -1))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -234,7 +270,9 @@ class Layer(nn.Module):
         return self.ln_mlp(x + self.drop(self.fc_out(F.gelu(self.fc_in(x)))))
 
 
-class PunctModel(nn.Module):
+class Encoder(nn.Module):
+    """Embeddings and the stack of layers: word pieces in, last hidden states out."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
@@ -246,11 +284,62 @@ class PunctModel(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.rel_bias = nn.Embedding(cfg.rel_buckets, cfg.n_head) if cfg.rel_buckets else None
         self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.n_layer))
-        width = cfg.n_embd
+
+    def embed(self, input_ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Token ids and their positions in the window (``[CLS]`` is 0) -> embeddings (.., C)."""
+        x = self.tok_emb(input_ids) + self.pos_emb(pos + self.cfg.pos_offset)
+        if self.type_emb is not None:
+            x = x + self.type_emb.weight[0]
+        return self.ln_emb(x)
+
+    def position_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
+        """(nh, Tq, Tk) relative position bias of queries at ``q_pos`` over keys at ``k_pos``, or
+        None for a model without (BERT)."""
+        if self.rel_bias is None:
+            return None
+        buckets = relative_buckets(
+            k_pos[None, :] - q_pos[:, None], self.cfg.rel_buckets, self.cfg.rel_max_distance
+        )
+        return self.rel_bias(buckets).permute(2, 0, 1)
+
+    def encode(self, input_ids: torch.Tensor, word_pos: torch.Tensor, lookahead: int | None) -> torch.Tensor:
+        """(B, T) word-piece ids and word index per token -> (B, T, C) last hidden states."""
+        T = input_ids.shape[1]
+        valid = input_ids != self.cfg.pad_id
+        valid[:, 0] = True
+        pos = torch.arange(T, device=input_ids.device)
+        x = self.drop(self.embed(input_ids, pos))  # (B, T, C)
+        bias = self.position_bias(pos, pos)
+        masks: dict[int | None, torch.Tensor] = {}
+        for layer, k in zip(self.layers, layer_lookaheads(lookahead, self.cfg.n_layer)):
+            if k not in masks:
+                masks[k] = attention_mask(word_pos, valid, k)
+                if bias is not None:  # additive: the bias where allowed, -inf elsewhere
+                    masks[k] = torch.where(masks[k], bias[None], -math.inf)
+                    if torch.is_autocast_enabled(x.device.type):  # made once, not in every layer
+                        masks[k] = masks[k].to(torch.get_autocast_dtype(x.device.type))
+            x = layer(x, masks[k])
+        return x
+
+
+class PunctModel(Encoder):
+    """The encoder and a classifier over each word's last piece (with FFA's masked stream, POS
+    fusion or pause fusion where the checkpoint has them)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        # FFA's masked stream: the same encoder's shape, plain attention, no word ahead
+        self.masked = Encoder(replace(cfg, interaction=False)) if cfg.masked_stream else None
+        width = cfg.n_embd * (2 if cfg.masked_stream else 1)
         if cfg.n_tags:
             width += cfg.pos_dim
             self.tag_emb = nn.Embedding(cfg.n_tags, cfg.pos_dim)
-            self.fusion = Layer(replace(cfg, n_embd=width, n_head=cfg.fusion_heads, n_inner=2 * width))
+        fused = cfg.n_tags or (cfg.masked_stream and cfg.stream_fusion)
+        self.fusion = (
+            Layer(replace(cfg, n_embd=width, n_head=cfg.fusion_heads, n_inner=2 * width, interaction=False))
+            if fused
+            else None
+        )
         self.head = Linear(width, cfg.n_labels)
         self.pause_fusion = (
             PauseFusion(cfg.n_labels, cfg.pause_hidden, n_features(cfg.pause_marks, cfg.pause_continued))
@@ -308,42 +397,6 @@ class PunctModel(nn.Module):
         rows = self._label_bias
         return logits + rows[-1 if lookahead is None else min(lookahead, len(rows) - 2)]
 
-    def embed(self, input_ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """Token ids and their positions in the window (``[CLS]`` is 0) -> embeddings (.., C)."""
-        x = self.tok_emb(input_ids) + self.pos_emb(pos + self.cfg.pos_offset)
-        if self.type_emb is not None:
-            x = x + self.type_emb.weight[0]
-        return self.ln_emb(x)
-
-    def position_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
-        """(nh, Tq, Tk) relative position bias of queries at ``q_pos`` over keys at ``k_pos``, or
-        None for a model without (BERT)."""
-        if self.rel_bias is None:
-            return None
-        buckets = relative_buckets(
-            k_pos[None, :] - q_pos[:, None], self.cfg.rel_buckets, self.cfg.rel_max_distance
-        )
-        return self.rel_bias(buckets).permute(2, 0, 1)
-
-    def encode(self, input_ids: torch.Tensor, word_pos: torch.Tensor, lookahead: int | None) -> torch.Tensor:
-        """(B, T) word-piece ids and word index per token -> (B, T, C) last hidden states."""
-        T = input_ids.shape[1]
-        valid = input_ids != self.cfg.pad_id
-        valid[:, 0] = True
-        pos = torch.arange(T, device=input_ids.device)
-        x = self.drop(self.embed(input_ids, pos))  # (B, T, C)
-        bias = self.position_bias(pos, pos)
-        masks: dict[int | None, torch.Tensor] = {}
-        for layer, k in zip(self.layers, layer_lookaheads(lookahead, self.cfg.n_layer)):
-            if k not in masks:
-                masks[k] = attention_mask(word_pos, valid, k)
-                if bias is not None:  # additive: the bias where allowed, -inf elsewhere
-                    masks[k] = torch.where(masks[k], bias[None], -math.inf)
-                    if torch.is_autocast_enabled(x.device.type):  # made once, not in every layer
-                        masks[k] = masks[k].to(torch.get_autocast_dtype(x.device.type))
-            x = layer(x, masks[k])
-        return x
-
     def forward(
         self,
         input_ids: torch.Tensor,  # (B, T) word-piece ids, [CLS] first, padded with pad_id
@@ -352,28 +405,17 @@ class PunctModel(nn.Module):
         lookahead: int | None,
         tags: torch.Tensor | None = None,  # (B, W) POS tag ids, for a model with n_tags
     ) -> torch.Tensor:
-        x = self.encode(input_ids, word_pos, lookahead)
-        h = torch.gather(x, 1, word_ends[..., None].expand(-1, -1, x.shape[-1]))  # (B, W, C)
+        ends = word_ends[..., None].expand(-1, -1, self.cfg.n_embd)
+        h = torch.gather(self.encode(input_ids, word_pos, lookahead), 1, ends)  # (B, W, C)
+        if self.masked is not None:  # the masked stream's words see no word after them, at any k
+            h = torch.cat([h, torch.gather(self.masked.encode(input_ids, word_pos, 0), 1, ends)], dim=-1)
         if self.cfg.n_tags:
-            h = self.fuse(h, word_ends > 0, lookahead, tags)
+            if tags is None:
+                raise InputError("this model fuses POS tags: give the words' tags")
+            h = torch.cat([h, self.tag_emb(tags)], dim=-1)
+        if self.fusion is not None:  # over the words' concatenated features
+            h = self.fusion(h, fusion_mask(word_ends > 0, lookahead))
         return self.head(self.drop(h))  # (B, W, n_labels)
-
-    def fuse(
-        self, h: torch.Tensor, valid: torch.Tensor, lookahead: int | None, tags: torch.Tensor | None
-    ) -> torch.Tensor:
-        """Words' hidden states (B, W, C) and their POS tags -> fused states (B, W, C + pos_dim).
-
-        With a lookahead the fusion layer looks at earlier words only: a word's hidden state and
-        its tag each depend on words up to k after it, so the bound stays k. Offline it sees all.
-        """
-        if tags is None:
-            raise InputError("this model fuses POS tags: give the words' tags")
-        z = torch.cat([h, self.tag_emb(tags)], dim=-1)
-        W = z.shape[1]
-        allowed = valid[:, None, :].expand(-1, W, -1)  # (B, W, W): key words that exist
-        if lookahead is not None:
-            allowed = allowed & torch.ones(W, W, dtype=torch.bool, device=z.device).tril()
-        return self.fusion(z, allowed[:, None])
 
     @torch.no_grad()
     def init_pos_embedding(self, weight: torch.Tensor) -> None:

@@ -151,7 +151,9 @@ def _timed(w: Word, index: int | None = None) -> dict[str, Any]:
 
 class Message:
     """A protocol message: a frozen dataclass whose fields are the JSON object's, with its ``type``.
-    Fields that are None and in ``OPTIONAL`` are left out of the JSON."""
+    Fields that are None and in ``OPTIONAL`` are left out of the JSON. A key the message does not
+    know is ignored when it is read, on every message (the readers of their own read their fields
+    alone)."""
 
     type: ClassVar[str]
     OPTIONAL: ClassVar[tuple[str, ...]] = ()
@@ -169,7 +171,8 @@ class Message:
 
     @classmethod
     def from_dict(cls, msg: dict[str, Any]) -> Any:
-        return cls(**{k: v for k, v in msg.items() if k != "type"})
+        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in msg.items() if k in known})
 
 
 # client to server
@@ -281,17 +284,27 @@ class Ready(Message):
     """The answer to a config: the stream's settings, with the engine it runs (``auto`` resolved)."""
 
     type: ClassVar[str] = "ready"
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("sample_rate",)
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("sample_rate", "max_waiting_words")
     session: str
     lookahead: int
     max_delay_ms: float | None
     engine: str
     sample_rate: int | None = None
     version: int = VERSION
+    # /v1/punct: the words the stream may have waiting for compute (past it: busy)
+    max_waiting_words: int | None = None
 
     @classmethod
-    def of(cls, session: str, config: Config, engine: str) -> Ready:
-        return cls(session, config.lookahead, config.max_delay_ms, engine, config.sample_rate)
+    def of(cls, session: str, config: Config, engine: str, max_waiting_words: int | None = None) -> Ready:
+        return cls(
+            session,
+            config.lookahead,
+            config.max_delay_ms,
+            engine,
+            config.sample_rate,
+            VERSION,
+            max_waiting_words,
+        )
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,15 @@ them in a worker thread, and wakes each caller with its events.
 
 Bounds, so that no one stream can starve the others or exhaust memory:
 
-- a push or revision of more than ``max_job_words`` words runs as consecutive jobs of at most that
-  many, as if the recogniser had sent them in messages of that size (the clock ``now`` goes with
-  the last one);
+- a push or revision runs as consecutive jobs (slices), as if the recogniser had sent its words in
+  messages of that size (the clock ``now`` goes with the last one). A slice aims at ``slice_s``
+  (0.25 s) of compute. The cost is in the words a job makes final: a slice takes the words that can
+  come before the next one becomes final (the lookahead not yet there), then ``slice_s`` over the
+  stream's measured cost a final word (the batches it was in: their seconds over their final words,
+  each job counting one more), at most ``max_job_words`` in all; before that cost is known,
+  ``FIRST_SLICE`` final words. A message of long words at lookahead 64 costs a hundred times a word
+  what one at lookahead 2 does: sliced by words alone, its jobs took 3 s each, and every other
+  stream waited that long a batch;
 - a batch takes at most one job per stream, ``max_batch`` jobs and about ``max_batch_words`` words;
   a stream's next job joins the queue only once its previous one is done, so every waiting stream
   gets its turn in arrival order.
@@ -20,6 +26,10 @@ load, batches form by themselves while the previous one runs). Errors in one str
 caller alone; an unexpected one is logged here with its traceback and handed on without it, so
 that a failed job keeps no frames (and their tensors) alive. :attr:`Batcher.faults` counts the
 batches in a row that failed as a whole: a server that can no longer compute says so in its health.
+
+:class:`Load` says how busy a worker is (the share of the last ``LOAD_WINDOW_S`` it computed) and
+its capacity (what it got done per second of computing): :attr:`Batcher.load` in words; the server
+keeps one for speech recognition too, in audio seconds, and refuses new streams past a load.
 """
 
 from __future__ import annotations
@@ -27,7 +37,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from collections.abc import Iterable, Sequence
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .errors import InputError, StreamPunctError
@@ -35,9 +49,53 @@ from .incremental import compute_many
 from .stream import Call, Finish, PunctStream, Push, Revise, Tick
 from .types import PunctEvent, Word
 
-__all__ = ["Job", "run_batch", "Batcher"]
+__all__ = ["Job", "run_batch", "Batcher", "Load"]
 
 log = logging.getLogger("streampunct.scheduler")
+
+LOAD_WINDOW_S = 5.0  # the load is the share of this many seconds, the latest, a worker computed
+SLICE_S = 0.25  # seconds of compute a job of a long message aims at
+FIRST_SLICE = 4  # words of a stream's first job, before its cost a word is known
+
+
+class Load:
+    """How busy one worker is. ``start()`` and ``stop(units)`` around each spell of computing
+    (from any one thread at a time); :meth:`busy`: the share of the last ``window_s`` seconds
+    spent computing, a spell under way included; :meth:`capacity`: units done per second of
+    computing, over the spells that ended in the window (or the last one)."""
+
+    def __init__(self, window_s: float = LOAD_WINDOW_S, clock: Callable[[], float] = time.monotonic):
+        self.window_s, self.clock = window_s, clock
+        self._spans: deque[tuple[float, float, float]] = deque()  # (start, end, units)
+        self._since: float | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        self._since = self.clock()
+
+    def stop(self, units: float) -> None:
+        now = self.clock()
+        with self._lock:
+            if self._since is not None:
+                self._spans.append((self._since, now, units))
+            self._since = None
+            while len(self._spans) > 1 and self._spans[0][1] < now - self.window_s:
+                self._spans.popleft()
+
+    def busy(self) -> float:
+        now = self.clock()
+        start = now - self.window_s
+        with self._lock:
+            spans = [(a, b) for a, b, _ in self._spans]
+            if self._since is not None:
+                spans.append((self._since, now))
+        return min(1.0, sum(max(0.0, b - max(a, start)) for a, b in spans) / self.window_s)
+
+    def capacity(self) -> float | None:
+        with self._lock:
+            seconds = sum(b - a for a, b, _ in self._spans)
+            units = sum(u for _, _, u in self._spans)
+        return units / seconds if seconds > 0 else None
 
 
 @dataclass
@@ -92,10 +150,17 @@ class Batcher:
         max_wait_ms: float = 0.0,
         max_job_words: int = 32,
         max_batch_words: int = 256,
+        slice_s: float = SLICE_S,
     ):
-        if max_batch < 1 or max_wait_ms < 0 or max_job_words < 1 or max_batch_words < 1:
-            raise InputError("max_batch, max_job_words and max_batch_words must be >= 1, max_wait_ms >= 0")
+        if max_batch < 1 or max_wait_ms < 0 or max_job_words < 1 or max_batch_words < 1 or slice_s <= 0:
+            raise InputError(
+                "max_batch, max_job_words and max_batch_words must be >= 1, max_wait_ms >= 0, slice_s > 0"
+            )
         self.max_batch = max_batch
+        self.slice_s = slice_s
+        self.load = Load()  # in words
+        # each stream's cost a final word (seconds), from the batches it was in
+        self._cost: weakref.WeakKeyDictionary[PunctStream, float] = weakref.WeakKeyDictionary()
         self.max_wait_ms = max_wait_ms
         self.max_job_words = max_job_words
         self.max_batch_words = max_batch_words
@@ -117,8 +182,9 @@ class Batcher:
         tentative: Iterable[str | Word] = (),
     ) -> list[PunctEvent]:
         """``tentative`` (the recogniser's guess after the words) goes with the last job."""
-        words, n, events = list(words), self.max_job_words, []
-        for i in range(0, max(1, len(words)), n):
+        words, events, i = list(words), [], 0
+        while True:
+            n = self.slice_words(stream)
             last = i + n >= len(words)
             push = (
                 Push(tuple(words[i : i + n]), now, tuple(tentative))
@@ -126,12 +192,21 @@ class Batcher:
                 else Push(tuple(words[i : i + n]))
             )
             events += await self._submit(Job(stream, push))
-        return events
+            i += n
+            if last:
+                return events
+
+    def slice_words(self, stream: PunctStream) -> int:
+        """Words of the stream's next job: about ``slice_s`` of compute at its cost a final word."""
+        cost = self._cost.get(stream)
+        finals = FIRST_SLICE if cost is None else int(self.slice_s / cost) if cost > 0 else self.max_job_words
+        before = max(0, stream.policy.words - (stream.n_words - stream.n_final))  # none final yet
+        return min(self.max_job_words, before + max(1, finals))
 
     async def revise(
         self, stream: PunctStream, index: int, words: Iterable[str | Word], now: float | None = None
     ) -> list[PunctEvent]:
-        words, n = list(words), self.max_job_words
+        words, n = list(words), self.slice_words(stream)
         events = await self._submit(
             Job(stream, Revise(index, tuple(words[:n]), now if len(words) <= n else None))
         )
@@ -203,10 +278,18 @@ class Batcher:
                     words += job.size
                 else:
                     held.append(job)
+            self.load.start()
+            t0 = time.perf_counter()
             try:
                 results = await loop.run_in_executor(self._executor, run_batch, batch)
             except Exception as e:  # a fault of the batch itself: every caller hears it
                 results = [e] * len(batch)
+            self.load.stop(words)
+            finals = sum(1 + sum(e.final for e in r) for r in results if not isinstance(r, Exception))
+            cost = (time.perf_counter() - t0) / max(1, finals)
+            for job in batch:  # a final word's cost in this batch: at once if more, else smoothed
+                before = self._cost.get(job.stream)
+                self._cost[job.stream] = cost if before is None or cost > before else (before + cost) / 2
             self._deliver(batch, results)
             del results, batch  # nothing of a finished batch stays referenced here
 

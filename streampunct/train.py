@@ -78,6 +78,10 @@ class TrainConfig:
     distill: float = 0.5
     temperature: float = 2.0
     window_share: float = 0.0
+    interaction: bool = False
+    masked_stream: bool = False
+    stream_fusion: bool = True
+    rdrop: float = 0.0
 
     HELP: ClassVar[dict[str, str]] = {  # what each field is (and the help of its CLI flag)
         "batch": "windows per training step",
@@ -112,6 +116,11 @@ class TrainConfig:
         "temperature": "softening of the teacher's and the student's probabilities in distillation",
         "window_share": "share of batches that train the window engine, 0 to 1 (dev k=2 is then "
         "scored with it)",
+        "interaction": "FFA's teacher: attention mixes its heads' scores (interaction self-attention)",
+        "masked_stream": "FFA's teacher: a second encoder that sees no word ahead, beside the first",
+        "stream_fusion": "FFA's teacher: one transformer layer fuses the two streams (off: the "
+        "concatenation goes straight to the classifier)",
+        "rdrop": "weight of R-Drop: the symmetric KL between two dropout passes of each batch (0: one pass)",
     }
 
 
@@ -285,10 +294,7 @@ def trained_tagger(cfg: TrainConfig) -> Path | None:
 def with_pos_fusion(model: PunctModel, cfg: TrainConfig) -> PunctModel:
     """The model with POS fusion added (``--tags``), starting where the plain model is.
 
-    The encoder is kept; the fusion layer's output projections start at zero, so it begins as a
-    LayerNorm of [hidden state, tag embedding], and the classifier starts as the plain model's with
-    zero weights on the tag part: before training, the fused model labels as the plain one does.
-    The tag embeddings start from the tagger's softmax weights (``pos_init="tagger"``) or at
+    The encoder is kept, the rest starts as :func:`starts_as` says. The tag embeddings start from the tagger's softmax weights (``pos_init="tagger"``) or at
     random with the same spread (``"random"``, the ablation).
     """
     if cfg.pos_init not in ("tagger", "random"):
@@ -302,14 +308,67 @@ def with_pos_fusion(model: PunctModel, cfg: TrainConfig) -> PunctModel:
     if cfg.pos_init == "random":
         embedding = torch.randn_like(embedding) * embedding.std()
     fused.init_pos_embedding(embedding)
-    with torch.no_grad():
-        for linear in (fused.fusion.attn.out, fused.fusion.fc_out):
+    return starts_as(fused, model)
+
+
+@torch.no_grad()
+def starts_as(wider: PunctModel, plain: PunctModel) -> PunctModel:
+    """A model whose words' features grew beside the plain model's hidden state (POS fusion, the
+    masked stream) made to start as close to it as it can: its fusion layer's output projections
+    at zero, so that the layer begins as a LayerNorm of the features, and its classifier with the
+    plain model's weights on the hidden state's part and zeros on the rest."""
+    if wider.fusion is not None:
+        for linear in (wider.fusion.attn.out, wider.fusion.fc_out):
             linear.weight.zero_()
             linear.bias.zero_()
-        fused.head.weight.zero_()
-        fused.head.weight[:, : model.cfg.n_embd] = model.head.weight
-        fused.head.bias.copy_(model.head.bias)
-    return fused
+    wider.head.weight.zero_()
+    wider.head.weight[:, : plain.cfg.n_embd] = plain.head.weight
+    wider.head.bias.copy_(plain.head.bias)
+    return wider
+
+
+def with_two_streams(model: PunctModel, cfg: TrainConfig) -> PunctModel:
+    """FFA's teacher (``--interaction``, ``--masked-stream``, ``--stream-fusion``) made from a plain
+    model, starting where it is (:func:`starts_as`): the masked stream starts as a copy of its
+    encoder, the heads' mixes small (FFA's initialisation). A pause fusion is left out: the teacher
+    reads text."""
+    if model.cfg.n_tags:
+        raise InputError("the two-stream teacher is made from a model without POS fusion")
+    two = PunctModel(
+        replace(
+            model.cfg,
+            interaction=cfg.interaction,
+            masked_stream=cfg.masked_stream,
+            stream_fusion=cfg.stream_fusion,
+            pause_hidden=0,
+            pause_marks=False,
+            pause_continued=False,
+        )
+    )
+    encoder = {k: v for k, v in model.state_dict().items() if k.startswith(ENCODER)}
+    if cfg.masked_stream:
+        encoder.update({f"masked.{k}": v for k, v in encoder.items()})
+    missing, unexpected = two.load_state_dict(encoder, strict=False)
+    if unexpected or not all(k.startswith(("fusion.", "head.")) or k.endswith(".mix") for k in missing):
+        raise CheckpointError(f"cannot make a two-stream teacher of this model: {unexpected or missing}")
+    return starts_as(two, model)
+
+
+def label_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of (B, W, n_labels) logits against (B, W) label ids, -100: no loss."""
+    return F.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100
+    )
+
+
+def rdrop_loss(a: torch.Tensor, b: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """R-Drop (Liang et al. 2021): the symmetric KL between two dropout passes' word
+    probabilities, over the words kept."""
+    p, q = F.log_softmax(a[keep].float(), dim=-1), F.log_softmax(b[keep].float(), dim=-1)
+    both = F.kl_div(p, q, log_target=True, reduction="batchmean") + F.kl_div(
+        q, p, log_target=True, reduction="batchmean"
+    )
+    return both / 2
 
 
 def progress(step: int, train_seconds: float, cfg: TrainConfig) -> float:
@@ -398,6 +457,8 @@ def train(cfg: TrainConfig) -> Path:
         raise InputError("give an encoder folder (--encoder) or a checkpoint to continue (--init)")
     if cfg.tags and not model.cfg.n_tags:
         model = with_pos_fusion(model, cfg)
+    if (cfg.interaction or cfg.masked_stream) and not (model.cfg.interaction or model.cfg.masked_stream):
+        model = with_two_streams(model, cfg)
     if model.cfg.n_tags and not (cfg.tags and cfg.dev_tags):
         raise InputError("a POS-fused model trains on tagged text: give --tags and --dev-tags")
     tagger_dir = trained_tagger(cfg) if model.cfg.n_tags else None
@@ -488,11 +549,16 @@ def train(cfg: TrainConfig) -> Path:
         batch = next(batches)
         k, target = batch.lookahead, batch.target.to(device)
         tags = None if batch.tags is None else batch.tags.to(device)
+        inputs = [t.to(device) for t in batch.inputs]
         with autocast:
-            logits = model(*(t.to(device) for t in batch.inputs), k, tags)
-        loss = F.cross_entropy(
-            logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100
-        )
+            logits = model(*inputs, k, tags)
+        loss = label_loss(logits, target)
+        if cfg.rdrop:  # a second pass under other dropout: both passes' losses, and their distance
+            with autocast:
+                again = model(*inputs, k, tags)
+            loss = (loss + label_loss(again, target)) / 2 + cfg.rdrop * rdrop_loss(
+                logits, again, target != -100
+            )
         if teacher is not None:
             assert batch.teacher_inputs is not None  # batches are made with the teacher's config
             with torch.no_grad(), autocast:

@@ -91,6 +91,24 @@ def tiny_mpnet() -> Punctuator:
     return Punctuator(model, WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", cfg.max_pieces))
 
 
+@pytest.fixture(scope="session")
+def tiny_teacher() -> Punctuator:
+    """``tiny_mpnet`` made FFA's two-stream teacher: heads that mix their scores (scaled up from
+    FFA's start, so that the mix matters), a masked stream beside, one fusion layer."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        n_layer=6, n_head=2, n_embd=32, n_inner=64, block=16, context=8, dropout=0.0,
+        max_positions=514, n_types=0, pos_offset=2, rel_buckets=32,
+        interaction=True, masked_stream=True, fusion_heads=2,
+    )  # fmt: skip
+    model = PunctModel(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".mix"):
+                p.normal_(std=0.5)
+    return Punctuator(model, WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", cfg.max_pieces))
+
+
 def hf_encoder(kind: str, folder, words=()) -> torch.nn.Module:
     """A small random Hugging Face encoder of ``kind`` ("bert" or "mpnet"), saved in ``folder``
     with its own vocabulary: special tokens, ``words``, and filler."""

@@ -461,6 +461,17 @@ def test_audio_ahead_of_real_time_is_not_late():
     assert hyp.skipped == Skip(5.25, 23.25)
 
 
+def test_large_chunks_sent_ahead_are_not_late():
+    """Issue 48: a file sent in 32 s chunks was due as a whole on arrival, and recognition
+    skipped 30 s of it 3 s in. A chunk's audio beyond its first ``LIVE_CHUNK_S`` is sent ahead."""
+    rec = StreamingRecognizer(ReadsTheSignal())
+    rec.feed(speech(0, 32), now=100.0)
+    rec.feed(speech(32, 64), now=100.1)
+    assert rec.catch_up(now=103.0) is None and rec.lag(now=103.0) <= 5.0
+    assert rec.process(now=103.0).skipped is None
+    assert rec.process(now=140.0).skipped is not None  # 40 s on, recognition is behind: it skips
+
+
 def test_a_pause_moves_the_schedule_on():
     rec = StreamingRecognizer(ReadsTheSignal())
     rec.feed(speech(0, 2), now=2.0)

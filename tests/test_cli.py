@@ -52,6 +52,23 @@ def test_punctuate_file_offline(capsys, tmp_path):
     assert code == 0 and words_of(out) == "i think that is right".split() and out.startswith("I ")
 
 
+def test_punctuate_labels_writes_the_training_format(capsys, tmp_path):
+    """A teacher labelling unlabelled text: word<TAB>LABEL lines that training reads back, one per
+    word of the input, with the labels the model predicts."""
+    from streampunct import Punctuator
+    from streampunct.text import read_iwslt
+
+    words = "so what did you do today i went home and then i slept".split()
+    f = tmp_path / "in.txt"
+    f.write_text(" ".join(words[:6]) + "\n" + " ".join(words[6:]) + "\n")
+    code, out, err = run(capsys, "punctuate", "--labels", "--offline", str(f))
+    assert code == 0 and err == ""
+    (tmp_path / "out.tsv").write_text(out)
+    got_words, got_labels = read_iwslt(tmp_path / "out.tsv")
+    assert got_words == words
+    assert got_labels == Punctuator.load("default", device="cpu").predict(words) and "QUESTION" in got_labels
+
+
 def test_evaluate_json_shape(capsys, tmp_path):
     f = tmp_path / "t.tsv"
     f.write_text(FIXTURE)
@@ -103,6 +120,15 @@ def test_missing_file(capsys):
     assert code == 2 and "/no/such/file.tsv: no such file" in err
     code, _, err = run(capsys, "punctuate", "/no/such/file.txt")
     assert code == 2 and "no such file" in err
+
+
+def test_the_file_client_checks_its_path_before_loading_the_models(capsys, tmp_path):
+    code, _, err = run(capsys, "file", str(tmp_path / "no.wav"))
+    assert code == 2 and err.splitlines() == [f"streampunct file: error: {tmp_path / 'no.wav'}: no such file"]
+    code, _, err = run(capsys, "file", str(tmp_path))
+    assert code == 2 and err.splitlines() == [
+        f"streampunct file: error: {tmp_path}: a folder, not an audio file"
+    ]
 
 
 def test_empty_input(capsys, monkeypatch):

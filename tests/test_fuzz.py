@@ -60,7 +60,14 @@ ANY = "any"  # the strategy does not know: whatever the protocol allows for the 
 REVISE = "revise"  # a well-formed revision: ok or bad_input, by the words final when it arrives
 ANSWER_TIMEOUT_S = 120.0
 END = {"type": "end"}
-SERVER_ARGS = ("--words-per-s", "off", "--audio-speed", "off")
+SERVER_ARGS = (
+    "--words-per-s",
+    "off",
+    "--audio-speed",
+    "off",
+    "--max-load",
+    "off",
+)  # at full speed; capacity: test_server
 
 # --- what the fuzzer sends -------------------------------------------------------------------
 
@@ -198,7 +205,9 @@ json_values = st.recursive(
     lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(no_surrogates, max_size=5), c, max_size=3),
     max_leaves=8,
 )
-extras = st.dictionaries(st.text(no_surrogates, max_size=6).map(lambda k: "x-" + k), json_values, max_size=2)
+# keys no message has: every message ignores them (docs/protocol.md), "reason" on an end too
+unknown_keys = st.just("reason") | st.text(no_surrogates, max_size=6).map(lambda k: "x-" + k)
+extras = st.dictionaries(unknown_keys, json_values, max_size=2)
 times = st.integers(0, 10**6) | st.floats(0, 1e4) | st.floats(0, 1e300) | st.just(0.0)
 
 
@@ -249,11 +258,8 @@ def good_words(draw: Any, huge: int = 0, most: int = 8) -> Hostile:
 @st.composite
 def plain_words(draw: Any) -> Hostile:
     """Words as a recogniser sends them: the ones revisions and time limits then work on."""
-    return message(
-        "words",
-        {"type": "words", "words": draw(st.lists(st.sampled_from(VOCAB), min_size=1, max_size=6))},
-        "ok",
-    )
+    words = draw(st.lists(st.sampled_from(VOCAB), min_size=1, max_size=6))
+    return message("words", {"type": "words", "words": words, **draw(extras)}, "ok")
 
 
 # a surrogate pair written as JSON escapes: a good emoji
@@ -328,6 +334,7 @@ def revisions(draw: Any) -> Hostile:
         "type": "revise",
         "index": draw(st.integers(0, 12) | st.integers(0, 40)),
         "words": words,
+        **draw(extras),
     }
     if draw(st.booleans()):
         msg["now"] = draw(times)
@@ -352,11 +359,12 @@ def revisions(draw: Any) -> Hostile:
 
 @st.composite
 def ticks(draw: Any) -> Hostile:
-    """A tick at any time (backwards too: the clock keeps its maximum), or a tick without a clock."""
+    """A tick at any time (one behind the stream's clock is bad_input: :func:`expected` knows the
+    clock), or a tick without a clock."""
     kind = draw(st.sampled_from(["good", "good", "missing", "null", "bad"]))
+    msg: dict[str, Any] = {"type": "tick", **draw(extras)}
     if kind == "good":
-        return message("tick", {"type": "tick", "now": draw(times)}, "ok")
-    msg: dict[str, Any] = {"type": "tick"}
+        return message("tick", {**msg, "now": draw(times)}, "ok")
     if kind == "null":
         msg["now"] = None
     elif kind == "bad":
@@ -367,7 +375,7 @@ def ticks(draw: Any) -> Hostile:
 @st.composite
 def configs(draw: Any, audio: bool = False) -> Hostile:
     """A config: good (ready) or with one fault (version: unsupported_version; others: bad_message)."""
-    msg: dict[str, Any] = {"type": "config"}
+    msg: dict[str, Any] = {"type": "config", **draw(extras)}
     for name, value in (
         ("version", st.sampled_from([1, 1.0])),
         ("lookahead", st.integers(0, 64)),
@@ -415,10 +423,11 @@ def garbage(draw: Any) -> Hostile:
     return Hostile("json_bomb", draw(st.sampled_from(JSON_BOMBS)))
 
 
+ends = extras.map(lambda more: message("end", {**END, **more}, "end"))
+
+
 def valid_messages(audio: bool = False) -> st.SearchStrategy[Hostile]:
-    return st.one_of(
-        plain_words(), good_words(), revisions(), ticks(), configs(audio), st.just(message("end", END, "end"))
-    )
+    return st.one_of(plain_words(), good_words(), revisions(), ticks(), configs(audio), ends)
 
 
 @st.composite
@@ -530,7 +539,7 @@ def punct_scripts(
     )
     after = [draw(punct_messages(huge, many, limits)) for _ in range(draw(st.integers(1, most)))]
     tail = draw(st.sampled_from(["end", "end", "end_then_more", "none"]))
-    ending = [message("end", END, "end")] if tail != "none" else []
+    ending = [draw(ends)] if tail != "none" else []
     if tail == "end_then_more":
         ending += draw(st.lists(punct_messages(0, 0, False), min_size=1, max_size=3))
     return Script("punct", tuple(before + config + after + ending), draw(st.integers(0, 6)) == 3)
@@ -629,7 +638,7 @@ def asr_scripts(
         run = (speech[start:] + speech)[: 32_000 * draw(st.integers(1, most_speech_s))]
         after[at:at] = [Hostile("speech_run", run[i : i + size], "binary") for i in range(0, len(run), size)]
     tail = draw(st.sampled_from(["end", "end", "end_twice", "end_then_audio", "none"]))
-    end = message("end", END, "end")
+    end = draw(ends)
     ending = {"end": [end], "end_twice": [end, end], "none": []}.get(tail)
     if ending is None:
         ending = [end, draw(audio_chunks(most_bytes)), end]
@@ -661,6 +670,7 @@ class Stream:
     configured: bool = False
     ended: bool = False
     texts: list[str] = field(default_factory=list)  # the words as the server holds them
+    clock: float = -math.inf  # /v1/punct: the latest now or word time taken (a tick behind it is refused)
     n_final: int = 0
     samples: int = 0  # /v1/asr: audio taken
 
@@ -697,6 +707,8 @@ def expected(endpoint: str, h: Hostile, s: Stream) -> frozenset[str]:
         return frozenset({"ok", "bad_message", "bad_input", "too_large"})
     if h.expect == (REVISE,):
         return frozenset({"ok" if s.n_final <= msg["index"] <= len(s.texts) else "bad_input"})
+    if kind == "tick" and h.expect == ("ok",):
+        return frozenset({"ok" if msg["now"] >= s.clock else "bad_input"})
     return frozenset(h.expect)
 
 
@@ -807,7 +819,13 @@ def _apply(endpoint: str, h: Hostile, s: Stream) -> None:
         return
     msg = server_parse(str(h.payload))
     assert isinstance(msg, dict)
-    texts = [w if isinstance(w, str) else w["text"] for w in msg.get("words", [])]
+    words = msg.get("words") if msg["type"] in ("words", "revise") else []
+    texts = [w if isinstance(w, str) else w["text"] for w in words]
+    if msg["type"] in ("words", "revise", "tick"):  # a word's time: its end, else its start
+        ends = [
+            w.get("end") if w.get("end") is not None else w.get("start") for w in words if isinstance(w, dict)
+        ]
+        s.clock = max([s.clock, *(t for t in [msg.get("now"), *ends] if t is not None)])
     if endpoint == "punct" and msg["type"] == "words":
         s.texts += texts
     elif endpoint == "punct" and msg["type"] == "revise":
@@ -1045,7 +1063,7 @@ REFUSALS = Script(
         message("revise", {"type": "revise", "index": 5000, "words": []}, REVISE),  # beyond: bad_input
         message("tick_bad", {"type": "tick", "now": math.nan}, "bad_message"),
         message("tick", {"type": "tick", "now": 5.0}, "ok"),
-        message("tick", {"type": "tick", "now": 1.0}, "ok"),  # backwards
+        message("tick", {"type": "tick", "now": 1.0}, "bad_input"),  # backwards
         Hostile("binary", b"\x00\x01", "binary"),
         Hostile("oversize_text", OVER, "text", ("close:1009",)),
     ),
@@ -1078,6 +1096,7 @@ ASR_SCRIPT = _asr(
 @example(script=AFTER_END)
 @example(script=_punct(PLAIN, Hostile("oversize_binary", bytes(MAX_FRAME + 1), "binary", ("close:1009",))))
 @example(script=_punct(PLAIN, Hostile("invalid_utf8", INVALID_UTF8[0], "raw", ("close:1007",))))
+@example(script=_punct(PLAIN, message("end", {"type": "end", "reason": "bye"}, "end")))
 @example(script=_punct(PLAIN, message("words", {"type": "words", "words": WORDS * 5}, "ok"), hang_up=True))
 def test_punct_endpoint_survives_hostile_messages(fuzz, script):
     check_example(fuzz, script)

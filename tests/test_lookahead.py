@@ -6,6 +6,7 @@ import random
 import pytest
 import torch
 
+from streampunct import InputError
 from streampunct.engines import token_logits
 
 WORDS = (
@@ -43,11 +44,17 @@ ENGINES = pytest.mark.parametrize("engine", ["masked", "window"])
 
 
 @ENGINES
-@pytest.mark.parametrize("model", ["tiny", "tiny_mpnet"])
+@pytest.mark.parametrize("model", ["tiny", "tiny_mpnet", "tiny_teacher"])
 @pytest.mark.parametrize("k", [0, 1, 2, 3, 4, 7])
 def test_bound_tiny_deep_model(request, model, k, engine):
     # 80 words = 5 blocks of 16: positions inside blocks, at block edges and in later windows.
     _check_bound(request.getfixturevalue(model), k, n=80, positions=[0, 5, 15, 16, 31, 40, 62], engine=engine)
+
+
+def test_the_teacher_is_not_streamed(tiny_teacher):
+    """A two-stream teacher labels whole windows; a stream of it is refused with a clear error."""
+    with pytest.raises(InputError, match="two-stream teacher"):
+        tiny_teacher.stream(lookahead=2).push(WORDS[:10])
 
 
 @pytest.mark.parametrize("k", [0, 1, 2, 4])

@@ -52,6 +52,15 @@ def test_every_schema_example_round_trips(side, kind, example):
         assert msg.to_dict() == example
 
 
+@pytest.mark.parametrize("side, kind, example", EXAMPLES)
+def test_every_message_ignores_keys_it_does_not_know(side, kind, example):
+    """One rule for every message, both ways: a key the reader does not know is ignored."""
+    known = read(side, json.dumps(example))
+    assert read(side, json.dumps({**example, "note": "bye", "x-later": [1, {"a": None}]})) == known
+    if kind == "end" and side == "client":
+        assert P.read_client('{"type": "end", "reason": "bye"}') == P.End()  # the server's end has one
+
+
 def test_every_message_has_a_schema_with_examples():
     for side, classes in (
         ("client", (P.Config, P.Words, P.Revise, P.Tick, P.End)),

@@ -8,7 +8,7 @@ import torch
 
 from streampunct import InputError, Punctuator
 from streampunct.model import PunctModel
-from streampunct.scheduler import Batcher, Job, run_batch
+from streampunct.scheduler import Batcher, Job, Load, run_batch
 from streampunct.stream import Finish, Push, Revise
 from tests.test_stream import check_events, varied_words
 
@@ -88,7 +88,7 @@ def test_a_large_message_does_not_hold_up_other_streams(tiny):
     big = varied_words(600, seed=1)
 
     async def main():
-        batcher = Batcher(max_job_words=16, max_batch_words=32)
+        batcher = Batcher(max_job_words=16, max_batch_words=32, slice_s=60.0)  # words bound it
         hog, neighbour = tiny.stream(lookahead=4), tiny.stream(lookahead=1)
         hogging = asyncio.create_task(batcher.push(hog, big))
         await asyncio.sleep(0.01)  # the hog's first job is under way
@@ -141,3 +141,44 @@ def test_a_failed_job_keeps_nothing_of_the_batch(tiny):
         tb = tb.tb_next
     assert not {"run_batch", "compute_many", "embed"} & set(frames), frames
     assert faults == (0, 1, 0)  # a batch with a healthy job is no fault of the batcher
+
+
+def test_a_costly_stream_runs_in_slices_of_bounded_compute(tiny):
+    """Issue 48: a 32-word job of long words at lookahead 64 took about 3 s of compute, and every
+    other stream waited for it each batch. A stream's jobs are sized by its measured cost a word,
+    so that each takes about ``slice_s`` of compute: one final word at least, ``max_job_words`` words
+    at most."""
+    words = varied_words(120, seed=3)
+
+    async def main(slice_s):
+        batcher = Batcher(slice_s=slice_s)
+        stream = tiny.stream(lookahead=8)
+        finals: dict[int, str] = {}
+        check_events(await batcher.push(stream, words), finals)
+        check_events(await batcher.finish(stream), finals)
+        await batcher.close()
+        return batcher.jobs, [finals[i] for i in range(len(words))]
+
+    thin, labels = asyncio.run(main(1e-6))  # every word costs more than that: one word a job
+    thick, _ = asyncio.run(main(60.0))  # nothing does: max_job_words a job
+    assert thin >= len(words) // 2 and thick <= len(words) // 32 + 3
+    assert labels == tiny.predict(words, lookahead=8)  # slicing changes no label
+
+
+def test_load_is_the_share_of_time_computing_and_capacity_what_it_got_done():
+    clock = [100.0]
+    load = Load(window_s=5.0, clock=lambda: clock[0])
+    assert load.busy() == 0.0 and load.capacity() is None
+    load.start()
+    clock[0] = 102.0
+    load.stop(200)  # 200 words in 2 s
+    clock[0] = 103.0
+    assert load.busy() == pytest.approx(0.4) and load.capacity() == pytest.approx(100.0)
+    load.start()
+    clock[0] = 106.0  # computing since 103, not done yet: counts
+    assert load.busy() == pytest.approx(4.0 / 5.0)
+    clock[0] = 120.0  # done: the first span has left the window, and its words the capacity
+    load.stop(300)
+    assert load.busy() == pytest.approx(1.0) and load.capacity() == pytest.approx(300 / 17)
+    clock[0] = 130.0
+    assert load.busy() == 0.0

@@ -5,9 +5,11 @@ SIGTERM while every stream still has work queued."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -15,6 +17,7 @@ import threading
 import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 import pytest
 from websockets.asyncio.client import connect
@@ -47,6 +50,28 @@ async def refused(url: str, **kwargs) -> tuple[int, dict, Headers]:
     return response.status_code, json.loads(response.body), response.headers
 
 
+def handshake(url: str, *headers: tuple[str, str], path: str = "/v1/punct") -> tuple[int, dict | None]:
+    """An opening handshake with exactly these headers, as a browser sends it after DNS rebinding
+    (its Host is the attacker's name, which now resolves to this server): the HTTP status, and the
+    JSON body of a refusal."""
+    where = urlsplit(url)
+    key = ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+    upgrade = [("Upgrade", "websocket"), ("Connection", "Upgrade"), key, ("Sec-WebSocket-Version", "13")]
+    lines = [f"GET {path} HTTP/1.1", *(f"{k}: {v}" for k, v in (*headers, *upgrade)), "", ""]
+    with socket.create_connection((where.hostname, where.port), timeout=30) as sock:
+        sock.sendall("\r\n".join(lines).encode())
+        data = b""
+        while b"\r\n\r\n" not in data and (chunk := sock.recv(65536)):
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        status = int(head.split()[1])
+        if status == 101:
+            return status, None
+        while chunk := sock.recv(65536):  # a refusal: its body, up to the close
+            body += chunk
+    return status, json.loads(body)
+
+
 async def opens(url: str, **kwargs) -> dict:
     """The ready message of a stream that opens."""
     async with connect(url, **kwargs) as ws:
@@ -58,7 +83,14 @@ async def opens(url: str, **kwargs) -> dict:
 
 @pytest.fixture(scope="module")
 def guarded():
-    proc, url = start_server("--token", "s3cret token", "--allow-origin", "https://captions.example")
+    proc, url = start_server(
+        "--token",
+        "s3cret token",
+        "--allow-origin",
+        "https://captions.example",
+        "--allow-host",
+        "Captions.Example",
+    )
     yield url
     stop_server(proc)
 
@@ -87,15 +119,46 @@ def test_a_token_is_checked_before_the_websocket_opens(guarded):
 def test_only_allowed_origins_may_open_streams(guarded):
     punct = guarded + "/v1/punct?token=s3cret%20token"
     own = guarded.replace("ws://", "http://")
+    port = urlsplit(own).port
+    elsewhere = own.replace(f":{port}", f":{port + 1}")  # another page on this machine
 
     async def go():
-        for origin in ("http://evil.example", "null", own.replace("127.0.0.1", "localhost")):
+        for origin in ("http://evil.example", "null", elsewhere, own.replace("http:", "https:")):
             status, body, _ = await refused(punct, origin=origin)
             assert (status, body["code"]) == (403, "forbidden_origin"), origin
-        for origin in (own, "https://captions.example", None):  # None: not a browser
+        # the server's own page by any name it answers to; an allowed origin; not a browser
+        by_name = own.replace("127.0.0.1", "localhost")
+        for origin in (own, by_name, f"http://captions.example:{port}", "https://captions.example", None):
             assert (await opens(punct, origin=origin))["type"] == "ready", origin
 
     asyncio.run(go())
+
+
+def test_a_host_it_does_not_answer_to_is_refused_before_the_upgrade(limited, guarded):
+    """DNS rebinding: a page on evil.example whose name now resolves to this server opens a socket
+    to it with its own name as Host and Origin. With no token (the default) the Origin check alone
+    stood in its way, and it compared the Origin with that Host."""
+    port = urlsplit(limited).port
+    evil = ("Host", f"evil.example:{port}")
+    for path in ("/v1/punct", "/v1/asr", "/health", "/"):
+        status, body = handshake(limited, evil, ("Origin", f"http://evil.example:{port}"), path=path)
+        assert (status, body["code"]) == (403, "forbidden_host") and "evil.example" in body["message"], path
+    assert handshake(limited, evil)[0] == 403  # not a browser: the same
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", "LOCALHOST", f"[::1]:{port}"):
+        assert handshake(limited, ("Host", host))[0] == 101, host
+        assert handshake(limited, ("Host", host), ("Origin", f"http://localhost:{port}"))[0] == 101, host
+    # --allow-host names one more (any case); the token is still checked
+    named = ("Host", f"captions.example:{urlsplit(guarded).port}")
+    assert handshake(guarded, named, ("Authorization", "Bearer s3cret token"))[0] == 101
+    assert handshake(guarded, named)[0] == 401
+
+
+def test_a_handshake_with_two_hosts_is_a_bad_request(limited):
+    port = urlsplit(limited).port
+    for name in ("Host", "Origin"):
+        twice = [("Host", f"127.0.0.1:{port}")] * (name == "Host") + [(name, "http://localhost"), (name, "x")]
+        status, body = handshake(limited, *twice)
+        assert (status, body["code"]) == (400, "bad_request") and name in body["message"], name
 
 
 def test_the_page_has_a_content_security_policy_and_names_no_versions(guarded):
@@ -213,7 +276,8 @@ def test_a_beam_under_one_is_refused_at_start(capsys):
 @pytest.fixture(scope="module")
 def limited():
     proc, url = start_server(
-        *("--config-timeout-s", "0.5", "--idle-timeout-s", "1.5", "--max-session-s", "6"),
+        *("--config-timeout-s", "0.5", "--words-timeout-s", "0.8", "--idle-timeout-s", "1.5"),
+        *("--max-session-s", "6"),
         *("--words-per-s", "20", "--words-burst", "20", "--max-wait-s", "1"),
     )
     yield url
@@ -243,6 +307,73 @@ def test_an_idle_stream_is_finished_not_dropped(limited, shipped):
     assert [r.get("code") for r in replies if r["type"] == "error"] == ["idle_timeout"]
     assert replies[-1] == {"type": "end", "words": len(WORDS), "reason": "idle timeout"} and code == 1008
     assert finals(replies) == shipped.predict(WORDS, lookahead=2)
+
+
+def test_a_stream_that_takes_no_words_is_finished_sooner(limited):
+    """A config and then nothing held a slot for the whole idle timeout: the words timeout is shorter."""
+
+    async def go():
+        async with connect(limited + "/v1/punct") as ws:
+            await ws.send(CONFIG)
+            t0 = time.monotonic()
+            await ws.send(json.dumps({"type": "tick", "now": 1.0}))  # a tick is no word
+            return await replies_until_closed(ws), ws.close_code, time.monotonic() - t0
+
+    replies, code, waited = asyncio.run(go())
+    assert [r.get("code") for r in replies if r["type"] == "error"] == ["words_timeout"]
+    assert replies[-1] == {"type": "end", "words": 0, "reason": "words timeout"} and code == 1008
+    assert waited < 3
+
+
+def test_ticks_and_bad_messages_do_not_keep_a_stream_alive(limited, shipped):
+    """One tick (or any message the stream does not take) every 599 s kept a stream for 12 hours:
+    only words reset the idle timeout."""
+
+    async def go():
+        async with connect(limited + "/v1/punct") as ws:
+            await ws.send(CONFIG)
+            await ws.send(json.dumps({"type": "words", "words": WORDS}))
+            t0 = time.monotonic()
+            with contextlib.suppress(ConnectionClosed):
+                for i in range(40):
+                    bad = i % 2 and "not json"
+                    await ws.send(bad or json.dumps({"type": "tick", "now": 1.0 + i}))
+                    await asyncio.sleep(0.2)
+            return await replies_until_closed(ws), ws.close_code, time.monotonic() - t0
+
+    replies, code, waited = asyncio.run(go())
+    errors = [r["code"] for r in replies if r["type"] == "error"]
+    assert "idle_timeout" in errors and "session_too_long" not in errors and code == 1008
+    assert replies[-1] == {"type": "end", "words": len(WORDS), "reason": "idle timeout"}
+    assert finals(replies) == shipped.predict(WORDS, lookahead=2)
+    assert waited < 5
+
+
+def test_one_client_cannot_hold_every_slot():
+    """Bound beyond loopback, a client address may hold STREAMS_PER_CLIENT streams at once by
+    default (HTTP 429 beyond); one that closes frees its slot."""
+    from server.guard import STREAMS_PER_CLIENT
+
+    proc, url = start_server("--host", "0.0.0.0")
+    url = url.replace("0.0.0.0", "127.0.0.1")
+    try:
+
+        async def go():
+            held = [await connect(url + "/v1/punct") for _ in range(STREAMS_PER_CLIENT)]
+            for ws in held:
+                await ws.send(CONFIG)
+                assert json.loads(await ws.recv())["type"] == "ready"
+            status, body, _ = await refused(url + "/v1/asr")
+            assert (status, body["code"]) == (429, "too_many_client_streams")
+            await held.pop().close()
+            await asyncio.sleep(0.5)
+            assert (await opens(url + "/v1/punct"))["type"] == "ready"
+            for ws in held:
+                await ws.close()
+
+        asyncio.run(go())
+    finally:
+        stop_server(proc)
 
 
 def test_a_stream_may_last_so_long(limited):

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -15,7 +17,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from websockets.asyncio.client import connect
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from streampunct.engines import resolve_engine
 
@@ -143,6 +145,48 @@ def test_bad_messages_are_answered_and_lose_nothing(server, shipped):
     assert finals(replies) == shipped.predict(WORDS, lookahead=0)
 
 
+def test_unknown_keys_are_ignored_on_every_message(server, shipped):
+    """An ``end`` with a key the server does not know ends the stream as any end does (it ended
+    both endpoints with a TypeError)."""
+    config = {"type": "config", "lookahead": 2, "max_delay_ms": None, "client": "x"}
+
+    async def go():
+        async with connect(server + "/v1/punct") as ws:
+            await ws.send(json.dumps(config))
+            await ws.send(json.dumps({"type": "words", "words": WORDS, "id": 7}))
+            await ws.send(json.dumps({"type": "tick", "now": 1.0, "id": 8}))
+            await ws.send(json.dumps({"type": "end", "reason": "bye"}))
+            return [json.loads(raw) async for raw in ws], ws.close_code
+
+    replies, code = asyncio.run(go())
+    for r in replies:
+        validate(r)
+    assert [r["type"] for r in replies if r["type"] == "error"] == [] and code == 1000
+    assert replies[-1] == {"type": "end", "words": len(WORDS)}
+    assert finals(replies) == shipped.predict(WORDS, lookahead=2)
+
+
+def test_a_tick_may_not_go_back(server):
+    """The recogniser's clock runs forward: a tick behind the stream's clock (the latest ``now`` or
+    word time taken) is ``bad_input`` and changes nothing; a tick at the clock is taken."""
+    timed = [{"text": w, "start": i * 0.3, "end": i * 0.3 + 0.2} for i, w in enumerate(WORDS[:4])]
+    messages = [
+        {"type": "words", "words": timed, "now": 1.5},
+        {"type": "tick", "now": 1.0},  # behind now
+        {"type": "tick", "now": 1.5},
+        {"type": "tick", "now": 3.0},
+        {"type": "words", "words": [{"text": "so", "start": 3.0, "end": 3.4}]},
+        {"type": "tick", "now": 3.2},  # behind the word's end
+        {"type": "revise", "index": 4, "words": ["so"], "now": 1.0},  # an old now: the clock stays
+        {"type": "tick", "now": 3.4},
+    ]
+    replies = asyncio.run(talk(server, messages))
+    errors = [r for r in replies if r["type"] == "error"]
+    assert [e["code"] for e in errors] == ["bad_input", "bad_input"]
+    assert "1.5" in errors[0]["message"] and "3.4" in errors[1]["message"]
+    assert replies[-1] == {"type": "end", "words": 5}
+
+
 def test_revision_through_the_server(server, shipped):
     revised = WORDS[:10] + ["and", "it", "was", "sunny"]
     messages = [
@@ -253,17 +297,18 @@ WITHOUT_MODELS = (
 )
 
 
+def words_client(url: str, tmp_path, lines: list[str]) -> subprocess.CompletedProcess:
+    """``clients/words.py`` without the models, on a file of these JSON lines."""
+    f = tmp_path / "words.jsonl"
+    f.write_text("\n".join(lines) + "\n")
+    command = [sys.executable, "-c", WITHOUT_MODELS, "--url", url, str(f)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
 def test_words_client(server, tmp_path):
     bad = [json.dumps({"text": "late", "start": -1}), json.dumps({"revise": "x"})]
     lines = [json.dumps({"text": w}) for w in WORDS[:6]] + ["oops", *bad, json.dumps({"words": WORDS[6:]})]
-    f = tmp_path / "words.jsonl"
-    f.write_text("\n".join(lines) + "\n")
-    out = subprocess.run(
-        [sys.executable, "-c", WITHOUT_MODELS, "--url", server, str(f)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = words_client(server, tmp_path, lines)
     assert out.returncode == 0, out.stderr
     assert "skipped: input line 7 is not JSON" in out.stderr
     assert 'skipped: input line 8: "start" must be a finite number >= 0, got -1' in out.stderr
@@ -273,6 +318,50 @@ def test_words_client(server, tmp_path):
         w for w in " ".join(WORDS).replace(" n't", "n't").split()
     ]
     assert text[0].isupper()
+
+
+def test_words_client_sends_no_faster_than_the_server_computes(tmp_path):
+    """A file of many more words than a stream may have waiting (--max-waiting-words 60), sent as
+    fast as the client can: without flow control its later messages were refused ``busy`` and
+    their words lost; the client keeps half the bound in flight, so every word is printed."""
+    proc, url = start_server("--max-waiting-words", "60", "--words-per-s", "off")
+    try:
+        words = (WORDS * 20)[:400]
+        lines = [json.dumps({"words": words[i : i + 25]}) for i in range(0, len(words), 25)]
+        out = words_client(url, tmp_path, lines)
+    finally:
+        stop_server(proc)
+    assert out.returncode == 0 and "busy" not in out.stderr, out.stderr
+    printed = " ".join(out.stdout.split()).replace("n't", " n't")
+    assert [w.strip(",.?").lower() for w in printed.split()] == words
+
+
+def test_words_client_refuses_text_that_is_not_unicode(server, tmp_path):
+    """A lone surrogate crashed the client (a traceback, exit 1): escaped in JSON, the line is
+    refused as the server refuses such a message, and the stream goes on; as bytes that are not
+    UTF-8 (bash's printf '\\ud800'), the input ends there: the words before it are finished, then
+    one line, exit 2."""
+    f = tmp_path / "words.jsonl"
+    f.write_bytes(b'{"words": ["so", "what"]}\n{"text": "\\ud800"}\n{"words": ["did", "you"]}\n')
+    out = subprocess.run(
+        [sys.executable, "-m", "streampunct", "words", "--url", server, str(f)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    assert "skipped: input line 2: the message holds a lone surrogate" in out.stderr
+    assert [w.strip(",.?").lower() for w in out.stdout.split()] == ["so", "what", "did", "you"]
+    out = subprocess.run(
+        [sys.executable, "-m", "streampunct", "words", "--url", server],
+        input=b'{"words": ["so", "what"]}\n{"text":"\xed\xa0\x80"}\n{"words": ["did"]}\n',
+        capture_output=True,
+        timeout=60,
+    )
+    err = out.stderr.decode()
+    assert out.returncode == 2 and "Traceback" not in err, err
+    assert err.strip().splitlines() == ["streampunct words: error: input line 2 is not UTF-8 text"]
+    assert [w.strip(",.?").lower() for w in out.stdout.decode().split()] == ["so", "what"]
 
 
 @pytest.mark.parametrize(
@@ -344,3 +433,117 @@ def test_health_says_when_the_server_cannot_compute(tiny):
     assert (ok, first["status"]) == (200, "ok")
     assert (failing, second["status"]) == (503, "failing") and "IndexError" in second["error"]
     assert (again, third["status"]) == (200, "ok")
+
+
+# Issue 48, overload: one client sends two 1000-word messages of long words at lookahead 64 (about
+# 90 s of compute each on 2 cores), and a third message; a neighbour sends a word a message, ten a
+# second, at lookahead 0. Both clients ping every second and give up after 3 s without a pong.
+LONG = "internationalisation counterrevolutionaries incomprehensibility uncharacteristically".split()
+NEIGHBOUR_WORDS = 50
+
+
+@pytest.fixture(scope="module")
+def overload():
+    """The scenario, run once against a server with the default limits; what each client saw."""
+    proc, url = start_server()
+    seen: dict = {}
+
+    async def go():
+        keep = dict(ping_interval=1, ping_timeout=3)
+        neighbour = await connect(url + "/v1/punct", **keep)
+        await neighbour.send(json.dumps({"type": "config", "lookahead": 0, "max_delay_ms": None}))
+        await neighbour.recv()
+        hog = await connect(url + "/v1/punct", **keep)
+        await hog.send(json.dumps({"type": "config", "lookahead": 64, "max_delay_ms": None}))
+        await hog.recv()
+        for n in (1000, 1000, 20):
+            await hog.send(json.dumps({"type": "words", "words": [LONG[i % 4] for i in range(n)]}))
+        hog_replies: list = []
+
+        async def hog_reads():
+            with contextlib.suppress(ConnectionClosed):
+                async for raw in hog:
+                    hog_replies.append(json.loads(raw))
+
+        hog_reading = asyncio.create_task(hog_reads())
+        sent: dict[int, float] = {}
+        arrived: dict[int, float] = {}
+        replies: list = []
+
+        async def neighbour_reads():
+            with contextlib.suppress(ConnectionClosed):  # its close code says how it ended
+                async for raw in neighbour:
+                    msg = json.loads(raw)
+                    replies.append(msg)
+                    for e in msg.get("events", []):
+                        if e["final"]:
+                            arrived[e["index"]] = time.monotonic()
+
+        reading = asyncio.create_task(neighbour_reads())
+        for i in range(NEIGHBOUR_WORDS):
+            sent[i] = time.monotonic()
+            with contextlib.suppress(ConnectionClosed):
+                await neighbour.send(json.dumps({"type": "words", "words": [WORDS[i % len(WORDS)]]}))
+            await asyncio.sleep(0.1)
+        try:  # the server has computed for 5 s and more: a new stream is refused, not queued
+            await connect(url + "/v1/punct")
+        except InvalidStatus as e:
+            seen["refused"] = (e.response.status_code, e.response.headers.get("Retry-After"), e.response.body)
+        with contextlib.suppress(ConnectionClosed):
+            await neighbour.send(json.dumps({"type": "end"}))
+        await asyncio.wait_for(reading, 30)
+        seen["neighbour"] = (replies, neighbour.close_code, {i: arrived[i] - sent[i] for i in arrived})
+        seen["hog_open"] = hog.close_code is None
+        await hog.close()
+        hog_reading.cancel()
+        seen["hog"] = hog_replies
+        # a client arriving now, the server having computed all of the last 5 s: refused busy, it
+        # tries again as Retry-After says, and gets its stream once the load is down
+        late = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "streampunct", "words", "--url", url,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(late.communicate(json.dumps({"words": WORDS[:6]}).encode()), 90)
+        seen["late"] = (late.returncode, out.decode(), err.decode())
+
+    try:
+        asyncio.run(go())
+    finally:
+        stop_server(proc)
+    return seen
+
+
+def test_a_neighbour_of_a_large_message_keeps_its_connection_and_every_final(overload):
+    """Today the neighbour's messages waited one 3-second batch each; its 32 queued messages
+    stopped the server reading it, its pings went unanswered, and it was dropped (1011)."""
+    replies, close_code, waits = overload["neighbour"]
+    assert close_code == 1000, close_code
+    assert replies[-1] == {"type": "end", "words": NEIGHBOUR_WORDS}
+    assert len(finals(replies)) == NEIGHBOUR_WORDS
+    # each word final within its 0.25 s slices of the large message's compute, and its own
+    assert max(waits.values()) < 3.0, sorted(waits.values())[-5:]
+
+
+def test_a_stream_too_far_ahead_of_compute_is_told_busy_and_kept(overload):
+    """The sender of the large messages has 2000 words waiting (words_burst): its third message
+    is not taken (`busy`, where the stream stopped taking words), and it stays connected."""
+    assert overload["hog_open"]
+    busy = [r for r in overload["hog"] if r["type"] == "error"]
+    assert busy and busy[0]["code"] == "busy" and busy[0]["word"] == 2000, busy
+    for r in overload["hog"]:
+        validate(r)
+
+
+def test_past_its_capacity_the_server_refuses_new_streams_with_retry_after(overload):
+    status, retry_after, body = overload.get("refused", (None, None, b"{}"))
+    assert status == 503 and retry_after is not None and int(retry_after) >= 1
+    assert json.loads(body)["code"] == "busy"
+
+
+def test_a_client_refused_busy_tries_again_as_it_is_told(overload):
+    """The clients took a 503 as final: one line, exit 2. They now wait as Retry-After says (for
+    BUSY_RETRY_S in all) and get their stream once the server has room."""
+    code, out, err = overload["late"]
+    assert code == 0, err
+    assert "trying again in 5 s" in err
+    assert [w.strip(",.?").lower() for w in out.split()] == WORDS[:6]

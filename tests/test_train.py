@@ -14,7 +14,7 @@ from streampunct.model import PunctModel
 from streampunct.pos import Tagger
 from streampunct.punctuator import DEFAULT_CHECKPOINT
 from streampunct.text import LABEL_ID
-from streampunct.train import TrainConfig, train
+from streampunct.train import TrainConfig, rdrop_loss, train
 
 from .conftest import hf_encoder
 
@@ -193,3 +193,39 @@ def test_window_engine_batches(corpus):
             kinds.add("other")
             assert len(b.target) == 4 and (kept > WINDOW_TAIL + 1).all()
     assert kinds == {"window", "other"}
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        dict(interaction=True, masked_stream=True, rdrop=1.0),  # FFA
+        dict(interaction=False, masked_stream=True, stream_fusion=False),  # its ablation's last row
+    ],
+)
+def test_train_makes_the_two_stream_teacher(corpus, tmp_path, parts):
+    """FFA's teacher grows from the plain checkpoint it continues (its encoder in both streams), is
+    trained with R-Drop's two passes where asked, and its checkpoint comes back as it was made."""
+    best = train(config(corpus, tmp_path, **parts))
+    model = PunctModel.load(best)
+    plain = PunctModel.load(DEFAULT_CHECKPOINT)
+    cfg = model.cfg
+    assert (cfg.interaction, cfg.masked_stream) == (
+        parts.get("interaction", False),
+        parts.get("masked_stream", False),
+    )
+    assert (model.masked is not None) == cfg.masked_stream and (model.fusion is not None) == (
+        cfg.masked_stream and cfg.stream_fusion
+    )
+    assert (model.layers[0].attn.mix is not None) == cfg.interaction and model.pause_fusion is None
+    assert model.n_params() > (1.9 if cfg.masked_stream else 1.0) * (plain.n_params() - 1000)
+    labels = Punctuator.load(best, device="cpu").predict(["so", "what", "did", "you", "do"], lookahead=2)
+    assert len(labels) == 5 and set(labels) <= {"O", "COMMA", "PERIOD", "QUESTION"}
+
+
+def test_rdrop_loss_is_the_distance_between_two_passes():
+    a = torch.randn(2, 5, 4)
+    keep = torch.ones(2, 5, dtype=torch.bool)
+    assert rdrop_loss(a, a, keep).item() == pytest.approx(0.0, abs=1e-6)
+    b = a + torch.randn(2, 5, 4)
+    assert rdrop_loss(a, b, keep).item() > 0
+    assert rdrop_loss(a, b, keep).item() == pytest.approx(rdrop_loss(b, a, keep).item())
