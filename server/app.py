@@ -161,6 +161,12 @@ class App:
         """``ok``, ``stopping``, or ``failing`` (HTTP 503): after a batch of streams failed as a
         whole (e.g. out of memory), a probe stream must get through the batcher again."""
         body: dict[str, Any] = {"status": "ok", "streams": self.active, "protocol": P.VERSION}
+        # how busy each worker is and what it gets done (what a load balancer weighs; new streams
+        # are refused past --max-load): the share of the last 5 s it computed, and units a second
+        # of computing (None until it has computed)
+        for name, load in (("punctuation", self.batcher.load), ("recognition", self.asr_load)):
+            capacity = load.capacity()
+            body[name] = {"load": round(load.busy(), 3), "capacity": capacity and round(capacity, 1)}
         if self.stopping.is_set():
             body["status"] = "stopping"
         elif self.batcher.faults:

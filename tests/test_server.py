@@ -94,7 +94,9 @@ def finals(replies: list[dict]) -> list[str]:
 def test_health_and_not_found(server):
     http = server.replace("ws://", "http://")
     with urllib.request.urlopen(http + "/health") as r:
-        assert json.loads(r.read()) == {"status": "ok", "streams": 0, "protocol": 1}
+        health = json.loads(r.read())
+    idle = {"load": 0.0, "capacity": None}
+    assert health == {"status": "ok", "streams": 0, "protocol": 1, "punctuation": idle, "recognition": idle}
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(http + "/v2/nothing")
     assert e.value.code == 404
@@ -489,6 +491,8 @@ def overload():
             await connect(url + "/v1/punct")
         except InvalidStatus as e:
             seen["refused"] = (e.response.status_code, e.response.headers.get("Retry-After"), e.response.body)
+        health = url.replace("ws://", "http://") + "/health"
+        seen["health"] = json.loads(await asyncio.to_thread(lambda: urllib.request.urlopen(health).read()))
         with contextlib.suppress(ConnectionClosed):
             await neighbour.send(json.dumps({"type": "end"}))
         await asyncio.wait_for(reading, 30)
@@ -538,6 +542,13 @@ def test_past_its_capacity_the_server_refuses_new_streams_with_retry_after(overl
     status, retry_after, body = overload.get("refused", (None, None, b"{}"))
     assert status == 503 and retry_after is not None and int(retry_after) >= 1
     assert json.loads(body)["code"] == "busy"
+
+
+def test_health_says_how_busy_the_server_is_and_what_it_gets_done(overload):
+    """What a load balancer weighs: the punctuation worker's load past --max-load (0.9) while it
+    refuses new streams, and the words a second of computing it gets done."""
+    punctuation = overload["health"]["punctuation"]
+    assert punctuation["load"] >= 0.9 and punctuation["capacity"] > 0, overload["health"]
 
 
 def test_a_client_refused_busy_tries_again_as_it_is_told(overload):
