@@ -39,9 +39,10 @@ from clients.common import (
 )
 from streampunct import protocol as P
 from streampunct.captions import Captioner
+from streampunct.types import PunctEvent
 
 
-def to_message(line: str, n: int) -> str:
+def to_message(line: str, n: int) -> P.ClientMessage:
     """The message of one input line, read as the server reads it (the same refusals)."""
     try:
         obj = json.loads(line)
@@ -58,7 +59,7 @@ def to_message(line: str, n: int) -> str:
     else:
         raise ClientError(f'input line {n} has none of "text", "words", "revise", "tick"')
     try:
-        return P.read_client(json.dumps(msg)).to_json()
+        return P.read_client(json.dumps(msg))
     except P.ProtocolError as e:
         raise ClientError(f"input line {n}: {e}") from e
 
@@ -78,14 +79,13 @@ class Flow:
         self.final = 0
         self.moved = asyncio.Event()
 
-    def sending(self, message: str) -> None:
-        msg = json.loads(message)
-        if msg["type"] == "words":
-            self.sent += len(msg["words"])
-        elif msg["type"] == "revise":
-            self.sent = min(self.sent, msg["index"]) + len(msg["words"])
+    def sending(self, msg: P.ClientMessage) -> None:
+        if isinstance(msg, P.Words):
+            self.sent += len(msg.words)
+        elif isinstance(msg, P.Revise):
+            self.sent = min(self.sent, msg.index) + len(msg.words)
 
-    def finals(self, events: tuple[Any, ...]) -> None:
+    def finals(self, events: tuple[PunctEvent, ...]) -> None:
         self.final = max([self.final, *(e.index + 1 for e in events if e.final)])
         self.moved.set()
 
@@ -138,7 +138,7 @@ async def lines(source: IO[bytes], flow: Flow, receiver: asyncio.Task[None]) -> 
             print(f"streampunct words: skipped: {e}", file=sys.stderr, flush=True)
             continue
         flow.sending(message)
-        yield message
+        yield message.to_json()
 
 
 async def main(args: argparse.Namespace) -> int:

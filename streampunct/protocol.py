@@ -296,14 +296,9 @@ class Ready(Message):
 
     @classmethod
     def of(cls, session: str, config: Config, engine: str, max_waiting_words: int | None = None) -> Ready:
+        c = config
         return cls(
-            session,
-            config.lookahead,
-            config.max_delay_ms,
-            engine,
-            config.sample_rate,
-            VERSION,
-            max_waiting_words,
+            session, c.lookahead, c.max_delay_ms, engine, c.sample_rate, max_waiting_words=max_waiting_words
         )
 
 
