@@ -8,7 +8,7 @@ it) in each mode, under its own engine (``auto``); every model after the first i
 the first on the same words by a paired bootstrap over consecutive blocks of ``--block`` words
 (``paired.paired``: the difference in micro-F1, its 95 % interval, and the share of resamples in
 which the later model is worse). For decisions, on dev data only. Writes
-``benchmarks/results/NAME.json`` with ``--out``.
+``benchmarks/results/compare_models.json`` (``--out NAME``: NAME.json).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def main() -> None:
     ap.add_argument("--modes", nargs="+", default=["2", "offline"], help="lookaheads, or offline")
     ap.add_argument("--block", type=int, default=250, help="words in a resampled block")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default="compare_models", help="results name (benchmarks/results/OUT.json)")
     args = ap.parse_args()
     words, labels = read_iwslt(args.data)
     modes = [None if m == "offline" else int(m) for m in args.modes]
@@ -75,17 +75,16 @@ def main() -> None:
             print(
                 f"{other} - {base}, {mode}: {r['a']} - {r['b']} = {r['diff']:+.2f} {r['ci95']} (worse in {r['p_worse']:.1%})"
             )
-    if args.out:
-        payload = {
-            "command": "python " + " ".join(sys.argv),
-            "machine": machine(),
-            "data": args.data,
-            "words": len(words),
-            "block": args.block,
-            "baseline": base,
-            "results": results,
-        }
-        print(write_json(f"{args.out}.json", payload))
+    payload = {
+        "command": "python " + " ".join(sys.argv),
+        "machine": machine(),
+        "data": args.data,
+        "words": len(words),
+        "block": args.block,
+        "baseline": base,
+        "results": results,
+    }
+    print(write_json(f"{args.out}.json", payload))
 
 
 if __name__ == "__main__":

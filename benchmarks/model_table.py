@@ -20,6 +20,7 @@ import math
 import struct
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ BASE = "streampunct/checkpoints/base"
 ROWS: tuple[tuple[str, str, str | None], ...] = (
     ("default, stage 5", "conversation_default_before.json", "default"),
     ("default, stage 5", DEFAULT, None),  # the same architecture (so for every default row)
-    ("default, stage 6", "accuracy_default_stage6.json", "auto"),  # accuracy.json while it shipped
+    ("default, stage 6", "accuracy.json@37fafb9", "auto"),  # while it shipped
     ("default, stage 6", "conversation_offline_retuned.json", "conv"),  # its offline offsets
     ("default, stage 6", "conversation_conv_after.json", "conv"),  # k=0, k=2: the same offsets
     ("default, stage 6", "stream_latency.json", "window"),  # auto's engine at k=2
@@ -47,7 +48,7 @@ ROWS: tuple[tuple[str, str, str | None], ...] = (
     ("default, stage 7 (not shipped)", "conversation_default_stage7.json", "after"),
     ("default, stage 7 (not shipped)", DEFAULT, None),
     ("default, stage 8 (shipped)", "accuracy.json", "auto"),
-    ("default, stage 8 (shipped)", "conversation_default_stage8.json", "stage 8"),
+    ("default, stage 8 (shipped)", "conversation.json", "stage 8"),
     ("default, stage 8 (shipped)", "stream_latency.json", "window"),  # the same architecture and engine
     ("default, stage 8 (shipped)", "stream_latency_cuda.json", "masked"),  # a GPU: a note, not a cell
     ("default, stage 8 (shipped)", DEFAULT, None),
@@ -135,11 +136,26 @@ class Row:
 
 def resolve(source: str, results: Path) -> Path | None:
     """The file or folder a source names: absolute, or under the results folder, the repository
-    or the working directory; None where there is none."""
+    or the working directory; ``FILE@COMMIT``: a result file as it was at that commit (a benchmark
+    keeps one current file, git its history); None where there is none."""
+    if "@" in source:
+        return from_git(*source.rsplit("@", 1))
     for path in (Path(source), results / source, ROOT / source, Path.cwd() / source):
         if path.exists():
             return path
     return None
+
+
+def from_git(name: str, commit: str) -> Path | None:
+    """benchmarks/results/NAME as it was at COMMIT, in a temporary folder (None: not in git here)."""
+    shown = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{commit}:benchmarks/results/{name}"], capture_output=True
+    )
+    if shown.returncode:
+        return None
+    path = Path(tempfile.mkdtemp(prefix="streampunct-results-")) / name
+    path.write_bytes(shown.stdout)
+    return path
 
 
 def checkpoint_params(folder: Path) -> int:
@@ -269,9 +285,10 @@ def label(path: Path, source: str, key: str | None, picks: str) -> str:
     """How the table names a source: a file, with the model or engine its key picks; a checkpoint."""
     if path.is_dir():
         return source
+    name = path.name + (f" at {source.rsplit('@', 1)[1]}" if "@" in source else "")
     if key is None:
-        return path.name
-    return f"{path.name} ({key} engine)" if picks == "engine" else f"{path.name}[{key}]"
+        return name
+    return f"{name} ({key} engine)" if picks == "engine" else f"{name}[{key}]"
 
 
 def build(spec: list[tuple[str, str, str | None]], results: Path = RESULTS) -> list[Row]:

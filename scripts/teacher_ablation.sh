@@ -8,13 +8,13 @@
 #
 # TRAIN and DEV: word<TAB>LABEL files (training, and the run's own selection); SCORE: the dev words
 # the variants are compared on (not DEV); OUT: a folder for the runs, their logs and the comparison
-# (written to benchmarks/results/NAME.json). INIT (default: the shipped default) is where every
-# variant starts; STEPS, BATCH, WINDOW, LR, DEVICE, THREADS, MINUTES and NAME set the run, so that
+# (written to benchmarks/results/compare_models.json). INIT (default: the shipped default) is where every
+# variant starts; STEPS, BATCH, WINDOW, LR, DEVICE, THREADS, and MINUTES set the run, so that
 # the same script runs on the 2-core CPU at the size it allows and on a GPU at the paper's.
 set -euo pipefail
 TRAIN=$1 DEV=$2 SCORE=$3 OUT=$4
 INIT=${INIT:-streampunct/checkpoints/default} STEPS=${STEPS:-400} BATCH=${BATCH:-8} WINDOW=${WINDOW:-96}
-LR=${LR:-5e-5} DEVICE=${DEVICE:-cpu} THREADS=${THREADS:-0} MINUTES=${MINUTES:-0} NAME=${NAME:-teacher_ablation}
+LR=${LR:-5e-5} DEVICE=${DEVICE:-cpu} THREADS=${THREADS:-0} MINUTES=${MINUTES:-0}
 MODES=${MODES:-"2 offline"}
 mkdir -p "$OUT"
 
@@ -39,5 +39,5 @@ for v in "${VARIANTS[@]}"; do
   runs+=("$OUT/$name/best")
 done
 # shellcheck disable=SC2086  # the modes are words
-python3 benchmarks/compare_models.py --data "$SCORE" --models "${runs[@]}" --modes $MODES --device "$DEVICE" \
-    --out "$NAME"
+python3 benchmarks/compare_models.py --data "$SCORE" --models "${runs[@]}" --modes $MODES --device "$DEVICE"
+

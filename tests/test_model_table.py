@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.model_table import ANCHORS, ROWS, build, checkpoint_params, markdown, parse_extra
+from benchmarks.model_table import (
+    ANCHORS,
+    RESULTS,
+    ROWS,
+    build,
+    checkpoint_params,
+    markdown,
+    parse_extra,
+    resolve,
+)
 
 
 def report(micro_f1: float) -> dict[str, object]:
@@ -150,3 +159,12 @@ def test_every_source_of_the_shipped_rows_is_in_the_checkout():
         )
         assert all(f"Conversation {m}" in rows[name].cells for m in ("k=0", "k=2", "offline"))
     assert round(rows["default, stage 8 (shipped)"].cells["params"], 1) == 22.6
+
+
+def test_a_source_at_a_commit_is_the_file_as_git_kept_it():
+    """A benchmark keeps one current file; an earlier stage's row reads it at the commit where it
+    was current (FILE@COMMIT)."""
+    kept = resolve("accuracy.json@HEAD", RESULTS)
+    assert kept is not None and kept.name == "accuracy.json"
+    assert json.loads(kept.read_text()).keys() == json.loads((RESULTS / "accuracy.json").read_text()).keys()
+    assert resolve("accuracy.json@no-such-commit", RESULTS) is None
