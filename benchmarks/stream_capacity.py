@@ -25,6 +25,7 @@ from common import device_suffix, machine, update_readme, write_json  # noqa: E4
 
 from streampunct import Punctuator, read_iwslt  # noqa: E402
 from streampunct.scheduler import Batcher  # noqa: E402
+from streampunct.types import ENGINES  # noqa: E402
 
 RATE = 3.0  # words a second per stream
 
@@ -64,7 +65,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--max-lag-ms", type=float, default=200)
     ap.add_argument("--device", default="cpu", help="cpu or cuda; cuda writes stream_capacity_cuda.json")
-    ap.add_argument("--engine", default="masked", choices=("masked", "window"), help="default masked")
+    ap.add_argument(
+        "--engine", default="auto", choices=ENGINES, help="default auto: the model's own (light: its one)"
+    )
     ap.add_argument("--readme", action="store_true")
     args = ap.parse_args()
 
@@ -92,6 +95,7 @@ def main() -> None:
         "machine": machine(),
         "device": str(p.device),
         "torch_threads": 1,
+        "model": args.model or "default",
         "engine": args.engine,
         "words_per_second": RATE,
         "max_lag_ms": args.max_lag_ms,
@@ -99,7 +103,8 @@ def main() -> None:
         "streams_sustained": lo,
         "runs": runs,
     }
-    name = f"stream_capacity{device_suffix(p.device)}.json"
+    model = f"_{args.model}" if args.model and args.model != "default" else ""  # light: its own file
+    name = f"stream_capacity{model}{device_suffix(p.device)}.json"
     print(f"{p.device} sustains {lo} streams; wrote {write_json(name, payload)}")
     if args.readme:
         update_readme(*readme_section(payload))

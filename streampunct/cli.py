@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .errors import DataFormatError, EmptyInputError, StreamPunctError
+from .errors import DataFormatError, EmptyInputError, InputError, StreamPunctError
 from .flags import add_config_flags, config_from_flags
 from .types import ENGINES
 
@@ -80,6 +80,21 @@ def cmd_punctuate(args: argparse.Namespace) -> int:
         sys.stdout.writelines(f"{w}\t{label}\n" for w, label in zip(words, labels))
     else:
         print(p.punctuate(text, lookahead=args.lookahead, engine=args.engine))
+    return 0
+
+
+def cmd_export_onnx(args: argparse.Namespace) -> int:
+    from .light import LightModel
+    from .light_onnx import export_onnx
+    from .punctuator import Punctuator
+
+    p = Punctuator.load(args.model, device="cpu")
+    if not isinstance(p.model, LightModel):
+        raise InputError("ONNX export is for the light model: give --model light or a light checkpoint")
+    path = export_onnx(p.model, args.out)
+    print(
+        f"wrote {path}: inputs pieces (words, {p.model.cfg.max_pieces}) and lookahead (-1: offline), output logits"
+    )
     return 0
 
 
@@ -252,6 +267,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     _add_mode(p)
     p.set_defaults(run=cmd_punctuate)
+
+    p = sub.add_parser("export-onnx", help="write the light model as an ONNX graph (needs the onnx package)")
+    p.add_argument("out", help="the .onnx file to write")
+    p.add_argument(
+        "--model", default="light", metavar="NAME|DIR", help="light (the default) or a light checkpoint"
+    )
+    p.set_defaults(run=cmd_export_onnx)
 
     p = sub.add_parser("evaluate", help="score the model on a word<TAB>LABEL file (IWSLT protocol)")
     p.add_argument(

@@ -22,6 +22,7 @@ from typing import cast
 import torch
 
 from .errors import InputError
+from .light import LightWork, compute_light
 from .model import Layer, PunctModel, layer_lookaheads, window_limit
 
 __all__ = ["WindowState", "compute_many"]
@@ -159,14 +160,17 @@ class WindowState:
 
 
 @torch.no_grad()
-def compute_many(windows: Sequence[WindowState]) -> None:
+def compute_many(windows: Sequence[WindowState | LightWork]) -> None:
     """Bring many windows up to date in one pass per layer (per model).
 
     Each window recomputes only its stale rows (see the module docstring). The rows of all windows
     go through each layer's projections and feed-forward together, as one flat batch, so that B
     streams cost one batched pass; attention runs per window, over that window's own keys.
     """
-    todo = [w for w in windows if w.stale()]
+    light = [w for w in windows if isinstance(w, LightWork)]
+    if light:  # a light model's streams (streampunct.light)
+        compute_light(light)
+    todo = [w for w in windows if isinstance(w, WindowState) and w.stale()]
     models = {id(w.model) for w in todo}
     if len(models) > 1:  # one pass per model
         for model_id in models:

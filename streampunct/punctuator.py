@@ -18,6 +18,7 @@ import torch
 
 from .engines import make_engine
 from .errors import CheckpointError, InputError
+from .light import LightModel, is_light
 from .model import PunctModel
 from .pieces import WordPieces
 from .prosody import token_features
@@ -65,7 +66,7 @@ class Punctuator:
     streaming model); ``lookahead=None`` uses the whole context (offline).
     """
 
-    def __init__(self, model: PunctModel, pieces: WordPieces, tagger: str | Path | None = None):
+    def __init__(self, model: PunctModel | LightModel, pieces: WordPieces, tagger: str | Path | None = None):
         self.model = model.eval()
         self.pieces = pieces
         self.tagger_dir = tagger  # a converted tagger's folder; None: flair's, in the cache (fetch-tagger)
@@ -122,7 +123,7 @@ class Punctuator:
             tagger = d / "tagger"
         if tagger is not None and not is_tagger(Path(tagger)):
             raise CheckpointError(f"{tagger} is not a converted tagger (tagger.json, tagger.safetensors)")
-        model = PunctModel.load(d, resolve_device(device))
+        model = (LightModel if is_light(d) else PunctModel).load(d, resolve_device(device))
         return cls(model, WordPieces(d / "vocab.txt", model.cfg.max_pieces), tagger)
 
     @property

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 
 from .errors import InputError
 from .incremental import WindowState, compute_many
+from .model import PunctModel
 from .pieces import WordPieces
 from .prosody import pause_features
 from .text import LABELS, normalize
@@ -320,6 +321,7 @@ class PunctStream:
             after = self._word_of(t + 1) if last and ahead >= 1 else None
             before = self._words[w - 1 - self._word_base] if first and w > 0 else None
             word = self._words[w - self._word_base]
+            assert isinstance(self._model, PunctModel)  # self.pauses: a model with pause fusion
             cfg = self._model.cfg
             features = pause_features(word, before, after, last, first, cfg.pause_marks, cfg.pause_continued)
             logits = self._model.with_pauses(logits, features, ahead)
