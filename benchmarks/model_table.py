@@ -38,25 +38,25 @@ BASE = "streampunct/checkpoints/base"
 # window_from gives each k, as the README reports) or in a stream_latency.py file. A row takes each
 # cell from the first of its sources that measured it.
 ROWS: tuple[tuple[str, str, str | None], ...] = (
-    ("default, stage 5", "conversation_default_before.json", "default"),
+    ("default, stage 5", "conversation_default_before.json@8b63caf", "default"),
     ("default, stage 5", DEFAULT, None),  # the same architecture (so for every default row)
     ("default, stage 6", "accuracy.json@37fafb9", "auto"),  # while it shipped
-    ("default, stage 6", "conversation_offline_retuned.json", "conv"),  # its offline offsets
-    ("default, stage 6", "conversation_conv_after.json", "conv"),  # k=0, k=2: the same offsets
+    ("default, stage 6", "conversation_offline_retuned.json@8b63caf", "conv"),  # its offline offsets
+    ("default, stage 6", "conversation_conv_after.json@8b63caf", "conv"),  # k=0, k=2: the same offsets
     ("default, stage 6", "stream_latency.json", "window"),  # auto's engine at k=2
     ("default, stage 6", DEFAULT, None),
-    ("default, stage 7 (not shipped)", "conversation_default_stage7.json", "after"),
+    ("default, stage 7 (not shipped)", "conversation_default_stage7.json@8b63caf", "after"),
     ("default, stage 7 (not shipped)", DEFAULT, None),
     ("default, stage 8 (shipped)", "accuracy.json", "auto"),
     ("default, stage 8 (shipped)", "conversation.json", "stage 8"),
     ("default, stage 8 (shipped)", "stream_latency.json", "window"),  # the same architecture and engine
     ("default, stage 8 (shipped)", "stream_latency_cuda.json", "masked"),  # a GPU: a note, not a cell
     ("default, stage 8 (shipped)", DEFAULT, None),
-    ("base, stage 1", "conversation_base_gpu.json", "before"),
-    ("base, stage 1", "conversation_base.json", "base"),
+    ("base, stage 1", "conversation_base_gpu.json@8b63caf", "before"),
+    ("base, stage 1", "conversation_base.json@8b63caf", "base"),
     ("base, stage 1", BASE, None),
     ("base, stage 2 (shipped)", "accuracy_base.json", "auto"),
-    ("base, stage 2 (shipped)", "conversation_base_stage2.json", "base"),
+    ("base, stage 2 (shipped)", "conversation_base_stage2.json@8b63caf", "base"),
     ("base, stage 2 (shipped)", BASE, None),
     ("POS ablation: no POS ‡", "pos_ablation.json", "no POS"),
     ("POS ablation: no POS ‡", DEFAULT, None),
