@@ -74,14 +74,8 @@ def main() -> None:
         payload = measure(Punctuator.load(model_dir, device=args.device), model_dir, Path(args.data))
         print(f"wrote {write_json(results_name(model_dir), payload)}")
     if args.readme or args.readme_only:
-        shipped, window_from = {}, {}  # every shipped model's last results, this one's included
-        for name in SHIPPED_MODELS:
-            path = RESULTS / results_name(checkpoint_dir(name))
-            if path.is_file():
-                shipped[name] = json.loads(path.read_text())["results"]
-                window_from[name] = ModelConfig.read(checkpoint_dir(name)).window_from
-        update_readme("accuracy-summary", summary(shipped, window_from))
-        update_readme("accuracy-short", summary(shipped, window_from, short=True))
+        update_readme("accuracy-summary", shipped_summary())
+        update_readme("accuracy-short", shipped_summary(short=True))
         section = readme_section(model_dir)
         if section:
             update_readme(section, table(payload["results"], payload))
@@ -129,6 +123,17 @@ def measure(p: Punctuator, model_dir: Path, data: Path) -> dict:
         "calibration": calibration,
         "results": rows,
     }
+
+
+def shipped_summary(short: bool = False) -> str:
+    """:func:`summary` of every shipped model's saved results (what the README's tables show)."""
+    shipped, window_from = {}, {}
+    for name in SHIPPED_MODELS:
+        path = RESULTS / results_name(checkpoint_dir(name))
+        if path.is_file():
+            shipped[name] = json.loads(path.read_text())["results"]
+            window_from[name] = ModelConfig.read(checkpoint_dir(name)).window_from
+    return summary(shipped, window_from, short)
 
 
 def summary(models: dict[str, list[dict]], window_from: dict[str, int], short: bool = False) -> str:
