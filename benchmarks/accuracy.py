@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import RESULTS, machine, update_readme, write_json  # noqa: E402
 
 from streampunct import Punctuator, read_iwslt, score  # noqa: E402
+from streampunct.light import LightModel  # noqa: E402
 from streampunct.model import ModelConfig  # noqa: E402
 from streampunct.punctuator import DEFAULT_CHECKPOINT, SHIPPED_MODELS, checkpoint_dir  # noqa: E402
 
@@ -88,15 +89,17 @@ def measure(p: Punctuator, model_dir: Path, data: Path) -> dict:
         if (model_dir / "training.json").is_file()
         else None
     )
-    offsets = (p.model.cfg.label_bias, p.model.cfg.window_bias)
+    light = isinstance(p.model, LightModel)  # one engine of its own: each k once, named "light"
+    offsets = (p.model.cfg.label_bias, getattr(p.model.cfg, "window_bias", ()))
     calibration_file = model_dir / "calibration.json"
     calibration = json.loads(calibration_file.read_text()) if calibration_file.is_file() else None
     rows = []
     for set_name, file_name in SETS.items():
         words, labels = read_iwslt(data / file_name)
-        for engine, k in MODES:
+        for engine, k in [("auto", k) for e, k in MODES if e == "masked"] if light else MODES:
             t0 = time.perf_counter()
             report = score(labels, p.predict(words, lookahead=k, engine=engine))
+            engine = "light" if light else engine
             seconds = time.perf_counter() - t0
             row = {
                 "set": set_name,
@@ -119,6 +122,7 @@ def measure(p: Punctuator, model_dir: Path, data: Path) -> dict:
         "machine": machine(),
         "device": str(p.device),
         "model": str(model_dir),
+        "parameters": sum(w.numel() for w in p.model.parameters()),
         "training": training,
         "calibration": calibration,
         "results": rows,

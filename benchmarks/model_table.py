@@ -51,6 +51,7 @@ ROWS: tuple[tuple[str, str, str | None], ...] = (
     ("default, stage 8 (shipped)", "conversation.json", "stage 8"),
     ("default, stage 8 (shipped)", "stream_latency.json", "window"),  # the same architecture and engine
     ("default, stage 8 (shipped)", "stream_latency_cuda.json", "masked"),  # a GPU: a note, not a cell
+    ("default, stage 8 (shipped)", "stream_capacity.json", None),
     ("default, stage 8 (shipped)", DEFAULT, None),
     ("base, stage 1", "conversation_base_gpu.json@8b63caf", "before"),
     ("base, stage 1", "conversation_base.json@8b63caf", "base"),
@@ -58,6 +59,9 @@ ROWS: tuple[tuple[str, str, str | None], ...] = (
     ("base, stage 2 (shipped)", "accuracy_base.json", "auto"),
     ("base, stage 2 (shipped)", "conversation_base_stage2.json@8b63caf", "base"),
     ("base, stage 2 (shipped)", BASE, None),
+    ("light (not shipped)", "accuracy_light.json", "light"),
+    ("light (not shipped)", "stream_latency_light.json", "light"),
+    ("light (not shipped)", "stream_capacity_light.json", None),
     ("POS ablation: no POS ‡", "pos_ablation.json", "no POS"),
     ("POS ablation: no POS ‡", DEFAULT, None),
     ("POS ablation: random POS ‡", "pos_ablation.json", "random POS"),
@@ -119,8 +123,8 @@ ANCHORS: tuple[tuple[str, float | None, float, str], ...] = (
 
 SETS = ("Ref", "ASR", "Conversation")
 MODES = ("k=0", "k=1", "k=2", "k=4", "offline")
-COLUMNS = ("params", "ms", *(f"{s} {m}" for s in SETS for m in MODES))
-HEADS = {"params": "parameters (M)", "ms": "ms a word, k=2, CPU †"}
+COLUMNS = ("params", "ms", "streams", *(f"{s} {m}" for s in SETS for m in MODES))
+HEADS = {"params": "parameters (M)", "ms": "ms a word, k=2, CPU †", "streams": "streams a core §"}
 
 
 @dataclass
@@ -197,6 +201,8 @@ def read(path: Path, key: str | None) -> tuple[dict[str, float], list[str], str,
     if isinstance(payload.get("parameters"), (int, float)):  # recorded by the benchmark
         cells["params"] = payload["parameters"] / 1e6
     results = payload.get("results")
+    if "streams_sustained" in payload:  # stream_capacity.py
+        return {"streams": payload["streams_sustained"]}, [], where(payload), "model"
     if "per_push" in payload:
         timed, notes = latency(payload, key or "masked", path)
         cells.update(timed)
@@ -269,6 +275,8 @@ def latency(payload: dict[str, Any], engine: str, path: Path) -> tuple[dict[str,
     row = next((r for r in payload["per_push"] if r["lookahead"] == 2), None)
     if row is None:
         return {}, []
+    if payload.get("engine") == "light":  # a light model's one engine
+        return {"ms": row["p50_ms"]}, [f"{payload.get('threads')} torch threads"]
     p50 = {"masked": row.get("p50_ms"), "window": row.get("window_p50_ms")}
     if p50.get(engine) is None:
         raise SystemExit(f"{path}: no {engine} engine at k=2")
@@ -321,7 +329,11 @@ def build(spec: list[tuple[str, str, str | None]], results: Path = RESULTS) -> l
 def describe(columns: list[str]) -> str:
     """The cells a source gave, in a few words: "parameters", "Ref, ASR k=0/2/offline"."""
     columns = sorted(columns, key=COLUMNS.index)
-    parts = [{"params": "parameters", "ms": "ms a word"}[c] for c in columns if c in HEADS]
+    parts = [
+        {"params": "parameters", "ms": "ms a word", "streams": "streams a core"}[c]
+        for c in columns
+        if c in HEADS
+    ]
     by_set: dict[str, list[str]] = {}
     for c in columns:
         if c not in HEADS:
@@ -334,8 +346,8 @@ def describe(columns: list[str]) -> str:
     return "; ".join(p.replace("k=offline", "offline") for p in parts)
 
 
-def cell(x: float | None) -> str:
-    return "" if x is None else f"{x:.1f}"
+def cell(x: float | None, column: str = "") -> str:
+    return "" if x is None else f"{x:.0f}" if column == "streams" else f"{x:.1f}"
 
 
 def markdown(rows: list[Row], anchors: tuple[tuple[str, float | None, float, str], ...] = ANCHORS) -> str:
@@ -353,7 +365,7 @@ def markdown(rows: list[Row], anchors: tuple[tuple[str, float | None, float, str
     lines = ["| model | " + " | ".join(heads) + " |", "|---|" + "---|" * len(columns)]
     for r in rows:
         name = f"**{r.name}**" if r.name.endswith("(shipped)") else r.name
-        lines.append(f"| {name} | " + " | ".join(cell(r.cells.get(c)) for c in columns) + " |")
+        lines.append(f"| {name} | " + " | ".join(cell(r.cells.get(c), c) for c in columns) + " |")
     for i, (model, params, f1, _) in enumerate(anchors, 1):
         given = {"params": "" if params is None else f"{params:g}", "Ref offline": f"{f1:.1f}"}
         lines.append(f"| *{model}* [{i}] | " + " | ".join(given.get(c, "") for c in columns) + " |")
@@ -368,6 +380,11 @@ def markdown(rows: list[Row], anchors: tuple[tuple[str, float | None, float, str
         notes.append(
             "† Compute per pushed word of one k=2 stream, p50, under the engine of the row's k=2 F1 "
             "(machine and threads below)."
+        )
+    if "streams" in columns:
+        notes.append(
+            "§ Live streams of 3 words a second at k=2 that one CPU core (1 torch thread) sustains "
+            "through the batching scheduler with p99 lag under 200 ms (benchmarks/stream_capacity.py)."
         )
     if any("‡" in r.name for r in rows):
         notes.append(

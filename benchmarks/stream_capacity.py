@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import device_suffix, machine, update_readme, write_json  # noqa: E402
 
 from streampunct import Punctuator, read_iwslt  # noqa: E402
+from streampunct.punctuator import DEFAULT_CHECKPOINT, checkpoint_dir  # noqa: E402
 from streampunct.scheduler import Batcher  # noqa: E402
 from streampunct.types import ENGINES  # noqa: E402
 
@@ -96,6 +97,7 @@ def main() -> None:
         "device": str(p.device),
         "torch_threads": 1,
         "model": args.model or "default",
+        "engine_used": p.stream(lookahead=2, engine=args.engine).engine,
         "engine": args.engine,
         "words_per_second": RATE,
         "max_lag_ms": args.max_lag_ms,
@@ -103,7 +105,8 @@ def main() -> None:
         "streams_sustained": lo,
         "runs": runs,
     }
-    model = f"_{args.model}" if args.model and args.model != "default" else ""  # light: its own file
+    model_dir = checkpoint_dir(args.model)  # another model than the default: a file of its own
+    model = "" if model_dir == DEFAULT_CHECKPOINT else f"_{model_dir.name}"
     name = f"stream_capacity{model}{device_suffix(p.device)}.json"
     print(f"{p.device} sustains {lo} streams; wrote {write_json(name, payload)}")
     if args.readme:
