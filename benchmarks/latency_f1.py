@@ -156,6 +156,15 @@ def pipeline_panel(p: Punctuator, timelines: Path, max_delay_ms: float) -> list[
 # --- output ------------------------------------------------------------------------------------
 
 
+# The plot and the docs' table: the shipped front end and the one before issue 19, its baseline.
+# The result file keeps every front end replayed.
+SHOWN = ("whisper-ends", "today")
+
+
+def shown(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in payload["pipeline"] if r["frontend"] in SHOWN]
+
+
 def chart(payload: dict[str, Any], path: Path) -> None:
     import matplotlib
 
@@ -184,9 +193,10 @@ def chart(payload: dict[str, Any], path: Path) -> None:
     a.set_title("(a) the punctuator alone")
     a.legend(fontsize=7)
     a.grid(alpha=0.3)
-    frontends = sorted({r["frontend"] for r in payload["pipeline"]})
-    for fe, set_name in sorted({(r["frontend"], r["set"]) for r in payload["pipeline"]}):
-        pts = [r for r in payload["pipeline"] if (r["frontend"], r["set"]) == (fe, set_name)]
+    pipeline = shown(payload)
+    frontends = sorted({r["frontend"] for r in pipeline})
+    for fe, set_name in sorted({(r["frontend"], r["set"]) for r in pipeline}):
+        pts = [r for r in pipeline if (r["frontend"], r["set"]) == (fe, set_name)]
         wer = pts[0]["wer"]
         b.plot(
             [r["latency_s"]["median"] for r in pts],
@@ -203,7 +213,7 @@ def chart(payload: dict[str, Any], path: Path) -> None:
         ylabel="punctuation micro-F1",
     )
     b.set_title("(b) the live pipeline (tiny.en, 2 CPU cores)")
-    if payload["pipeline"]:
+    if pipeline:
         b.legend(fontsize=7)
     b.grid(alpha=0.3)
     fig.tight_layout()
@@ -216,21 +226,25 @@ def table(payload: dict[str, Any]) -> str:
         "| front end | input | k | latency median s | p95 s | micro-F1 | COMMA | PERIOD | QUESTION | WER % |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in payload["pipeline"]:
+    for r in shown(payload):
         lines.append(
             f"| {r['frontend']} | {r['set']} | {r['lookahead']} | {r['latency_s']['median']:.2f} | "
             f"{r['latency_s']['p95']:.2f} | {r['micro_f1']:.1f} | {r['COMMA']:.1f} | {r['PERIOD']:.1f} | "
             f"{r['QUESTION']:.1f} | {r['wer']:.1f} |"
         )
     m = payload["machine"]
+    others = sorted({r["frontend"] for r in payload["pipeline"]} - set(SHOWN))
     lines += [
         "",
-        f"Replayed from the live runs of `benchmarks/caption_latency.py` (tiny.en int8, real-time input, time limit "
+        (f"The result file also holds {', '.join(others)}: earlier front ends, replayed. " if others else "")
+        + f"Replayed from the live runs of `benchmarks/caption_latency.py` (tiny.en int8, real-time input, time limit "
         f"1500 ms) on {m['cpu']} ({m['cores']} cores), {m['date']}. `python benchmarks/latency_f1.py --audio "
         "../shared/data/audio --timelines ../timelines`.",
     ]
     by_date: dict[str, list[str]] = {}
     for name, date in payload.get("kept", {}).get("frontends", {}).items():
+        if name not in SHOWN:
+            continue
         by_date.setdefault(date, []).append(f"`{name}`")
     for date, names in sorted(by_date.items()):
         lines[-1] += f" {', '.join(names)}: replayed on {date} with the default model of that day (`--keep`)."
@@ -251,7 +265,15 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="synthetic timings, no recogniser; writes to --out")
     ap.add_argument("--out", default=None, help="folder for the JSON and PNG (default: benchmarks/results)")
     ap.add_argument("--docs", action="store_true", help="write the pipeline table into docs/latency.md")
+    ap.add_argument(
+        "--redraw", action="store_true", help="the plot and the table from the saved result; measure nothing"
+    )
     args = ap.parse_args()
+    if args.redraw:
+        saved = json.loads((RESULTS / "latency_f1.json").read_text())
+        chart(saved, RESULTS / "latency_f1.png")
+        update_readme("latency_f1", table(saved))
+        return
 
     p = Punctuator.load(None, device="cpu")
     if args.quick or not args.audio:
