@@ -72,6 +72,7 @@ def main() -> None:
     ap.add_argument("--noise", type=float, default=0.02)
     ap.add_argument("--eval-every", type=int, default=300)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--init-embed", default=str(DEFAULT_CHECKPOINT))
@@ -96,10 +97,11 @@ def main() -> None:
     with torch.no_grad():
         model.embed.weight.copy_(pca_embeddings(Path(args.init_embed), cfg.n_embd))
         model.embed.weight[cfg.pad_id].zero_()
+    model.to(args.device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     step, best = 0, -1.0
     if args.resume and (out / "last.pt").is_file():
-        saved = torch.load(out / "last.pt", weights_only=False)
+        saved = torch.load(out / "last.pt", weights_only=False, map_location=args.device)
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["opt"])
         step, best = saved["step"], saved["best"]
@@ -107,7 +109,7 @@ def main() -> None:
     print(f"light model: {n_params / 1e6:.2f} M parameters", flush=True)
 
     corpus = Corpus(args.train, pieces)
-    type_pieces = piece_tensor(corpus.type_pieces, cfg)
+    type_pieces = piece_tensor(corpus.type_pieces, cfg, args.device)
     dev_tokens, dev_labels = normalize_labeled(*read_iwslt(args.dev))
     log = (out / "log.jsonl").open("a")
     model.train()
@@ -122,9 +124,9 @@ def main() -> None:
         windows = [corpus.sample(rng, args.window, args.noise) for _ in range(args.batch)]
         T = min(len(p) for p, _ in windows)
         words = torch.tensor(np.stack([corpus.words[p[:T]] for p, _ in windows]), dtype=torch.long)
-        target = torch.tensor([lab[:T] for _, lab in windows])
+        target = torch.tensor([lab[:T] for _, lab in windows], device=args.device)
         cut = cfg.offline_ahead if k is None else k
-        logits = model(type_pieces[words], k)[:, : T - cut]
+        logits = model(type_pieces[words.to(args.device)], k)[:, : T - cut]
         loss = F.cross_entropy(logits.reshape(-1, cfg.n_labels), target[:, : T - cut].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
