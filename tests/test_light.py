@@ -117,3 +117,22 @@ def test_onnx_graph_gives_the_same_labels(light, tmp_path):
             got = torch.from_numpy(graph.logits(piece_tensor(ids, light.model.cfg), k))
             assert torch.allclose(got, want, atol=1e-4)
             assert got.argmax(-1).tolist() == want.argmax(-1).tolist()
+
+
+def test_export_onnx_command(light, tmp_path, capsys):
+    pytest.importorskip("onnx")
+    from streampunct.cli import main
+
+    light.model.save(tmp_path / "ckpt")
+    (tmp_path / "ckpt" / "vocab.txt").write_text((DEFAULT_CHECKPOINT / "vocab.txt").read_text())
+    assert main(["export-onnx", str(tmp_path / "light.onnx"), "--model", str(tmp_path / "ckpt")]) == 0
+    assert (tmp_path / "light.onnx").stat().st_size > 10_000
+    assert "lookahead" in capsys.readouterr().out
+
+
+@pytest.mark.model  # loads the shipped default
+def test_export_onnx_refuses_an_encoder_model(capsys):
+    from streampunct.cli import main
+
+    assert main(["export-onnx", "/tmp/never.onnx", "--model", "default"]) == 2
+    assert "light model" in capsys.readouterr().err
