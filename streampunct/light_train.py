@@ -8,7 +8,10 @@ offline); no loss on the words whose lookahead the window cuts short. The word-p
 start from the default checkpoint's, reduced to ``n_embd`` dimensions by PCA (``--init-embed``),
 so words the training text never shows still start somewhere sensible. Every ``--eval-every``
 steps dev micro-F1 is measured at k = 0, 2 and offline; ``RUN/best`` keeps the best mean, and
-``RUN/last.pt`` (weights, optimiser, step) lets a run go on (``--resume``).
+``RUN/last.pt`` (weights, optimiser, step) lets a run go on (``--resume``). ``--teacher DIR``
+distils a streampunct checkpoint that reads the same word pieces (the default model): the loss adds
+the KL divergence from its probabilities at the batch's lookahead (``--distill``, ``--temperature``).
+``--device cuda`` runs the same script on a GPU (``scripts/gpu_light.sh``).
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ import torch.nn.functional as F
 
 from .light import LightConfig, LightEngine, LightModel, piece_tensor
 from .metrics import score
-from .pieces import WordPieces
+from .model import PunctModel
+from .pieces import WordPieces, collate
 from .punctuator import DEFAULT_CHECKPOINT
 from .text import LABELS, normalize_labeled, read_iwslt
-from .train import Corpus
+from .train import Corpus, distill_loss
 
 LOOKAHEADS: tuple[int | None, ...] = (None, None, 0, 1, 2, 2, 3, 4, 6, 8)
 EVAL_LOOKAHEADS: tuple[int | None, ...] = (0, 2, None)
@@ -73,6 +77,9 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=300)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--teacher", default=None, help="a streampunct checkpoint to distil (same vocabulary)")
+    ap.add_argument("--distill", type=float, default=0.5, help="the teacher's weight in the loss, 0 to 1")
+    ap.add_argument("--temperature", type=float, default=2.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--init-embed", default=str(DEFAULT_CHECKPOINT))
@@ -108,6 +115,14 @@ def main() -> None:
     n_params = sum(p.numel() for p in model.parameters())
     print(f"light model: {n_params / 1e6:.2f} M parameters", flush=True)
 
+    teacher = None
+    if args.teacher:  # its logits at the batch's lookahead, on the same words (the masked engine's way)
+        teacher = PunctModel.load(args.teacher, args.device).requires_grad_(False)
+        if (
+            teacher.cfg.max_pieces != cfg.max_pieces
+            or (Path(args.teacher) / "vocab.txt").read_text() != vocab.read_text()
+        ):
+            raise SystemExit("the teacher must read the same word pieces (vocab.txt, max_pieces)")
     corpus = Corpus(args.train, pieces)
     type_pieces = piece_tensor(corpus.type_pieces, cfg, args.device)
     dev_tokens, dev_labels = normalize_labeled(*read_iwslt(args.dev))
@@ -128,6 +143,13 @@ def main() -> None:
         cut = cfg.offline_ahead if k is None else k
         logits = model(type_pieces[words.to(args.device)], k)[:, : T - cut]
         loss = F.cross_entropy(logits.reshape(-1, cfg.n_labels), target[:, : T - cut].reshape(-1))
+        if teacher is not None:
+            inputs = collate([[corpus.type_pieces[w] for w in row] for row in words.tolist()], teacher.cfg)
+            with torch.no_grad():
+                taught = teacher(*(x.to(args.device) for x in inputs), k)[:, : T - cut]
+            keep = torch.ones(taught.shape[:2], dtype=torch.bool, device=args.device)
+            soft = distill_loss(logits, taught, keep, args.temperature)
+            loss = (1 - args.distill) * loss + args.distill * soft
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
