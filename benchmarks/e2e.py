@@ -732,11 +732,16 @@ def has_pause_fusion(p: Punctuator) -> bool:
 
 
 def systems_for(
-    models: dict[str, Punctuator], lookaheads: Sequence[int], pauses: str, words: str = "streamed"
+    models: dict[str, Punctuator],
+    lookaheads: Sequence[int],
+    pauses: str,
+    words: str = "streamed",
+    marks: str = "both",
 ) -> tuple[list[dict], dict]:
     """The streampunct configurations: model x lookahead x pauses, on ``words`` (see
     :func:`words_to_punctuate`). pauses=on runs only where the stream takes the flag and the
-    checkpoint has pause fusion (else it equals pauses=off)."""
+    checkpoint has pause fusion (else it equals pauses=off); with pauses, ``marks`` says whether
+    the recogniser's marks are read (on), left off, or both runs are made."""
     supported = stream_has_pauses()
     wanted = {"both": [False, True], "on": [True], "off": [False]}[pauses]
     labels = model_labels(list(models))
@@ -759,8 +764,9 @@ def systems_for(
                 system = {"name": name, "kind": "streampunct", "model": m, "lookahead": k, "words": words}
                 systems.append({**system, "pauses": pz if supported else None})
                 if pz and reads_marks:  # the same without the recogniser's marks, then with them
-                    systems[-1] = {**systems[-1], "name": name + " marks=off", "marks": False}
-                    systems.append({**systems[-1], "name": name + " marks=on", "marks": True})
+                    off = {**systems[-1], "name": name + " marks=off", "marks": False}
+                    on = {**systems[-1], "name": name + " marks=on", "marks": True}
+                    systems[-1:] = {"both": [off, on], "on": [on], "off": [off]}[marks]
     if words != "streamed":
         on = f"{words.removeprefix('offline:')} offline" if words.startswith("offline:") else words
         systems = [{**s, "name": f"{s['name']}, on {on} words"} for s in systems]
@@ -988,7 +994,7 @@ def score_cmd(args) -> None:
     cache = Path(args.cache)
     recordings = load_recordings(cache)
     punctuators = {m: Punctuator.load(m, device=args.device) for m in args.models}
-    systems, pauses = systems_for(punctuators, args.lookaheads, args.pauses, args.words)
+    systems, pauses = systems_for(punctuators, args.lookaheads, args.pauses, args.words, args.marks)
     systems += whisper_systems(recordings)
     provisional = args.provisional_lookahead == "on"
     if args.workers > 1:
@@ -1137,6 +1143,12 @@ def main() -> None:
     s.add_argument("--models", nargs="+", default=["default"], help="shipped names or checkpoint folders")
     s.add_argument("--lookaheads", nargs="+", type=int, default=[0, 2])
     s.add_argument("--pauses", choices=["both", "on", "off"], default="both")
+    s.add_argument(
+        "--marks",
+        choices=["both", "on", "off"],
+        default="both",
+        help="with pauses: read the recogniser's marks",
+    )
     s.add_argument("--device", default="cpu")
     s.add_argument(
         "--words",
