@@ -899,8 +899,9 @@ def server_system(systems: Sequence[dict]) -> str | None:
     """streampunct's default model at k=2 on the streamed words as the server runs it: pauses on
     where the stream takes them, the recogniser's marks kept. None if it was not scored."""
     for s in systems:
-        as_server = s["pauses"] in (True, None) and s.get("marks", True) and s.get("words") == "streamed"
-        if s["kind"] == "streampunct" and s["model"] == "default" and s["lookahead"] == 2 and as_server:
+        if s["kind"] != "streampunct" or s["model"] != "default" or s["lookahead"] != 2:
+            continue
+        if s["pauses"] in (True, None) and s.get("marks", True) and s.get("words") == "streamed":
             return s["name"]
     return None
 

@@ -172,6 +172,8 @@ def test_the_paired_system_is_the_default_model_at_k2_as_the_server_runs_it():
     systems.append({**systems[-1], "name": "e", "marks": True})
     assert server_system(systems) == "e"
     assert server_system(systems[:3]) is None
+    whisper = {"name": "whisper tiny.en streamed, own marks", "kind": "whisper"}  # no model, no pauses
+    assert server_system([systems[1], whisper]) is None  # only other models scored: no pairing, no crash
 
 
 def test_scoring_in_worker_processes_gives_what_one_process_gives(tmp_path):
