@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import device_suffix, machine, update_readme, write_json  # noqa: E402
 
 from streampunct import Punctuator, read_iwslt  # noqa: E402
+from streampunct.engines import resolve_engine  # noqa: E402
 from streampunct.punctuator import DEFAULT_CHECKPOINT, checkpoint_dir  # noqa: E402
 from streampunct.scheduler import Batcher  # noqa: E402
 from streampunct.types import ENGINES  # noqa: E402
@@ -97,7 +98,7 @@ def main() -> None:
         "device": str(p.device),
         "torch_threads": 1,
         "model": args.model or "default",
-        "engine_used": p.stream(lookahead=2, engine=args.engine).engine,
+        "engine_used": resolve_engine(p.model, args.engine, 2),
         "engine": args.engine,
         "words_per_second": RATE,
         "max_lag_ms": args.max_lag_ms,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -28,6 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .errors import CheckpointError
+from .model import fit_state, read_config, write_config
 
 __all__ = [
     "LightConfig",
@@ -66,9 +67,7 @@ class LightConfig:
 
     @classmethod
     def read(cls, directory: str | Path) -> LightConfig:
-        raw = json.loads((Path(directory) / "config.json").read_text())
-        known = {f.name for f in fields(cls)}
-        cfg = cls(**{k: v for k, v in raw.items() if k in known})
+        cfg = read_config(cls, directory)
         return replace(cfg, label_bias=tuple(tuple(r) for r in cfg.label_bias))
 
 
@@ -216,9 +215,7 @@ class LightModel(nn.Module):
         save_file(state, str(d / "model.safetensors"))
 
     def save_config(self, directory: str | Path) -> None:
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "config.json").write_text(json.dumps(asdict(self.cfg), indent=2) + "\n")
+        write_config(directory, self.cfg)
 
     @classmethod
     def load(cls, directory: str | Path, device: str | torch.device = "cpu") -> LightModel:
@@ -230,10 +227,7 @@ class LightModel(nn.Module):
             state = {k: v.float() for k, v in load_file(str(d / "model.safetensors")).items()}
         except (OSError, ValueError, TypeError) as e:
             raise CheckpointError(f"cannot read checkpoint in {d}: {e}") from e
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        if missing or unexpected:
-            raise CheckpointError(f"checkpoint {d} does not fit the light model: {missing or unexpected}")
-        return model.to(device).eval()
+        return fit_state(model, state, d, device)
 
 
 def piece_tensor(ids: Sequence[Pieces], cfg: LightConfig, device: torch.device | str = "cpu") -> torch.Tensor:

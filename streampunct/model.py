@@ -24,6 +24,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 import torch.nn as nn
@@ -33,6 +34,9 @@ from .errors import CheckpointError, InputError
 from .prosody import PauseFusion, n_features
 
 __all__ = ["ModelConfig", "PunctModel", "layer_lookaheads", "window_limit"]
+
+C = TypeVar("C")
+M = TypeVar("M", bound=nn.Module)
 
 Q8_GROUP = 32  # int8 checkpoints: one scale per this many weights of a row
 Q8_MIN_SIZE = 100_000  # matrices smaller than this stay fp16
@@ -101,10 +105,31 @@ class ModelConfig:
 
     @classmethod
     def read(cls, directory: str | Path) -> ModelConfig:
-        """A checkpoint's ``config.json`` (keys this version does not know are left out)."""
-        raw = json.loads((Path(directory) / "config.json").read_text())
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in raw.items() if k in known})
+        return read_config(cls, directory)
+
+
+def read_config(cls: type[C], directory: str | Path) -> C:
+    """A checkpoint's ``config.json`` as ``cls`` (a config dataclass; keys this version does not
+    know are left out)."""
+    raw = json.loads((Path(directory) / "config.json").read_text())
+    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in raw.items() if k in known})
+
+
+def write_config(directory: str | Path, cfg: object) -> None:
+    """``config.json`` of a config dataclass, the folder made if need be."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")  # type: ignore[call-overload]
+
+
+def fit_state(model: M, state: dict[str, torch.Tensor], directory: Path, device: str | torch.device) -> M:
+    """``model`` with a checkpoint's weights, on ``device``, in eval mode; a weight missing or left
+    over is a CheckpointError naming the folder."""
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise CheckpointError(f"checkpoint {directory} does not fit the model: {missing or unexpected}")
+    return model.to(device).eval()
 
 
 def window_limit(cfg: ModelConfig) -> int:
@@ -449,9 +474,7 @@ class PunctModel(Encoder):
 
     def save_config(self, directory: str | Path) -> None:
         """``config.json`` alone (the decision offsets change nothing else)."""
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "config.json").write_text(json.dumps(asdict(self.cfg), indent=2) + "\n")
+        write_config(directory, self.cfg)
 
     @classmethod
     def load(cls, directory: str | Path, device: str | torch.device = "cpu") -> PunctModel:
@@ -465,11 +488,7 @@ class PunctModel(Encoder):
                 state.update(load_file(str(d / "pauses.safetensors")))
         except (OSError, ValueError, TypeError) as e:
             raise CheckpointError(f"cannot read checkpoint in {d}: {e}") from e
-        state = _fuse_qkv(_dequantize(state))
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        if missing or unexpected:
-            raise CheckpointError(f"checkpoint {d} does not fit the model: {missing or unexpected}")
-        return model.to(device).eval()
+        return fit_state(model, _fuse_qkv(_dequantize(state)), d, device)
 
     @classmethod
     def from_encoder(cls, encoder_dir: str | Path, **overrides: object) -> PunctModel:
