@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -46,47 +47,41 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, percentile, update_readme, write_json  # noqa: E402
-from e2e import CLIP_GAP_S, clip_pairs, compare, metrics, pool, read_wav, reference, silence, word_tokens  # noqa: E402
+from e2e import CLIP_GAP_S, clip_pairs, read_wav, silence  # noqa: E402
 
-from clients.file import load_audio, stream_file  # noqa: E402
 from streampunct import protocol as P  # noqa: E402
+from streampunct.clients.file import load_audio, stream_file  # noqa: E402
+from streampunct.flags import flags_of  # noqa: E402
+from streampunct.options import FrontEndOptions, RecognizerOptions  # noqa: E402
+from streampunct.scoring import compare, metrics, pool, reference, word_tokens  # noqa: E402
 from streampunct.text import normalize  # noqa: E402
 
+# The front end before each setting came (``today`` and the first ones were measured so): a named
+# front end gives every setting, so that it stays what it was measured as when the server's
+# defaults change. ``encoder_pad_s`` and ``settle_after_s`` came on 2026-11-25 (None: a 30 s encoder
+# window and no settling), ``settle_unsure_after_s`` the same evening, ``context_s`` and
+# ``beam_size`` on 2026-11-26, ``agree_after_s`` that night, ``sentence_ends="whisper"`` and the
+# pause clock's independence of the end-of-speech commit on 2026-11-27.
+BEFORE: dict[str, Any] = dict(
+    min_chunk_s=0.5, max_buffer_s=25.0, end_of_speech_s=0.5, prompt=True, encoder_pad_s=None,
+    settle_after_s=None, settle_unsure_after_s=None, agree_after_s=None, sentence_ends="punctuator",
+)  # fmt: skip
 
-def _flags(
-    chunk: str = "0.5",
-    buffer: str = "25",
-    confident: str = "off",
-    end_of_speech: str = "0.5",
-    lookahead: str = "on",
-    prompt: str = "on",
-    pad: str = "off",
-    settle: str = "off",
-    settle_unsure: str = "off",
-    context: str = "off",
-    beam: str = "1",
-    agree_after: str = "off",
-    sentence_ends: str = "punctuator",
-    pause_clock: str = "on",
-) -> str:
-    """A front end's ``serve`` flags, every one given, so that a front end stays what it was measured
-    as when the server's defaults change; ``pad`` and ``settle`` came on 2026-11-25 (off: a 30 s
-    encoder window and no settling, as before them), ``settle_unsure`` the same evening (off: an
-    unsure word settles as a sure one), ``context`` on 2026-11-26 (off: an agreed word goes out at
-    once, with the mark of the pass that agreed on it), ``beam`` on 2026-11-26 too (1: greedy),
-    ``agree_after`` that night (off: any two agreeing passes commit a word), ``sentence_ends`` on
-    2026-11-27 (punctuator: streampunct's final periods trim the recogniser's buffer), ``pause_clock``
-    on 2026-11-27 too (before it, on exactly when ``end_of_speech`` was)."""
-    flags = f"--asr-chunk-s {chunk} --asr-buffer-s {buffer} --asr-confident {confident} "
-    flags += f"--asr-end-of-speech-s {end_of_speech}"
-    flags += f" --provisional-lookahead {lookahead}"
-    flags += f" --asr-prompt {prompt}"
-    flags += f" --asr-encoder-pad-s {pad} --asr-settle-after-s {settle}"
-    flags += f" --asr-settle-unsure-after-s {settle_unsure}"
-    flags += f" --asr-context-s {context} --asr-beam {beam}"
-    flags += f" --asr-agree-after-s {agree_after}"
-    flags += f" --asr-sentence-ends {sentence_ends}"
-    return flags + f" --pause-clock {pause_clock}"
+
+def front_end(**changes: Any) -> tuple[RecognizerOptions, FrontEndOptions]:
+    """A front end: BEFORE with ``changes`` (recogniser and pipeline fields alike)."""
+    given = {**BEFORE, **changes}
+    split = {
+        cls: {k: v for k, v in given.items() if k in {f.name for f in dataclasses.fields(cls)}}
+        for cls in (RecognizerOptions, FrontEndOptions)
+    }
+    return RecognizerOptions(**split[RecognizerOptions]), FrontEndOptions(**split[FrontEndOptions])
+
+
+def _flags(**changes: Any) -> str:
+    """A front end's ``serve`` flags, every setting given (see BEFORE)."""
+    recognizer, pipeline = front_end(**changes)
+    return " ".join(flags_of(pipeline, switches=True) + flags_of(recognizer, prefix="asr-", switches=True))
 
 
 # Front-end settings: the server's flags. "today" is the front end before issue 19; "today", "fast",
@@ -95,31 +90,31 @@ def _flags(
 # "unsure2" from that evening, "agree03" from the night of 2026-11-26, and "whisper-ends" (the
 # buffer trimmed at Whisper's sentence ends) since 2026-11-27; "held" and "beam5" (options, measured
 # 2026-11-26), "no-eos" and "settle-pauses" (2026-11-27) are not (docs/latency.md).
-WHISPER_ENDS = dict(
-    prompt="off", pad="12", settle="1", settle_unsure="2", agree_after="0.3", sentence_ends="whisper"
-)
+SHORT = dict(prompt=False, encoder_pad_s=4.0, settle_after_s=1.0)
+UNSURE2 = dict(prompt=False, encoder_pad_s=12.0, settle_after_s=1.0, settle_unsure_after_s=2.0)
+WHISPER_ENDS = dict(**UNSURE2, agree_after_s=0.3, sentence_ends="whisper")
 FRONTENDS: dict[str, str] = {
-    "today": _flags(chunk="1", end_of_speech="off", lookahead="off", pause_clock="off"),
-    "default": "",  # the server's defaults (server/app.py, ASR_DEFAULTS)
-    "fast": _flags(confident="0.7", lookahead="off"),  # provisional lookahead came after it
+    "today": _flags(min_chunk_s=1.0, end_of_speech_s=None, provisional_lookahead=False, pause_clock=False),
+    "default": "",  # the server's defaults (streampunct.options), whatever they are
+    "fast": _flags(confident=0.7, provisional_lookahead=False),  # provisional lookahead came after it
     "next": _flags(),
-    "no-prompt": _flags(lookahead="off", prompt="off"),
-    "short": _flags(lookahead="off", prompt="off", pad="4", settle="1"),
-    "short-next": _flags(prompt="off", pad="4", settle="1"),
-    "short-next-0.3": _flags(chunk="0.3", prompt="off", pad="4", settle="1"),
-    "pad12": _flags(prompt="off", pad="12", settle="1"),
-    "pad12-settle2": _flags(prompt="off", pad="12", settle="2"),
-    "pad12-no-settle": _flags(prompt="off", pad="12", settle="off"),
-    "unsure2": _flags(prompt="off", pad="12", settle="1", settle_unsure="2"),
-    "held": _flags(prompt="off", pad="12", settle="1", settle_unsure="2", context="0.5"),
-    "beam5": _flags(prompt="off", pad="12", settle="1", settle_unsure="2", beam="5"),
-    "agree03": _flags(prompt="off", pad="12", settle="1", settle_unsure="2", agree_after="0.3"),
+    "no-prompt": _flags(provisional_lookahead=False, prompt=False),
+    "short": _flags(**SHORT, provisional_lookahead=False),
+    "short-next": _flags(**SHORT),
+    "short-next-0.3": _flags(**SHORT, min_chunk_s=0.3),
+    "pad12": _flags(prompt=False, encoder_pad_s=12.0, settle_after_s=1.0),
+    "pad12-settle2": _flags(prompt=False, encoder_pad_s=12.0, settle_after_s=2.0),
+    "pad12-no-settle": _flags(prompt=False, encoder_pad_s=12.0),
+    "unsure2": _flags(**UNSURE2),
+    "held": _flags(**UNSURE2, context_s=0.5),
+    "beam5": _flags(**UNSURE2, beam_size=5),
+    "agree03": _flags(**UNSURE2, agree_after_s=0.3),
     "whisper-ends": _flags(**WHISPER_ENDS),
     # options, 2026-11-27: without the commit at the end of speech; the pause clock off, then kept
-    "no-eos": _flags(**{**WHISPER_ENDS, "end_of_speech": "off", "pause_clock": "off"}),
-    "settle-pauses": _flags(**{**WHISPER_ENDS, "end_of_speech": "off"}),
-    "live": _flags(buffer="6", confident="0.7"),
-    "live-agree": _flags(buffer="6"),
+    "no-eos": _flags(**WHISPER_ENDS, end_of_speech_s=None, pause_clock=False),
+    "settle-pauses": _flags(**WHISPER_ENDS, end_of_speech_s=None),
+    "live": _flags(max_buffer_s=6.0, confident=0.7),
+    "live-agree": _flags(max_buffer_s=6.0),
 }
 LONG = ("conv1", "monologue", "conv2")  # e2e recordings joined into the long stream
 STAGES = ("seen", "committed", "sent", "final")  # after the audio end, in order
@@ -261,7 +256,7 @@ def run_frontend(
     """One run of a front end: a server of its own, every input streamed through it. Per set, its
     words, passes and per-input accuracy (for :func:`summarise`); and each stream's timeline."""
     log = logdir / f"{name}.log"
-    cmd = [sys.executable, "-m", "server.app", "--port", "0", "--preload-asr", "--device", "cpu"]
+    cmd = [sys.executable, "-m", "streampunct.server.app", "--port", "0", "--preload-asr", "--device", "cpu"]
     cmd += ["--model", args.model, "--asr-model", args.asr_model, "--log-level", "debug", *flags]
     with log.open("w") as err:
         server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)

@@ -39,31 +39,26 @@ Recordings (``record`` writes them under --cache, never into the repository):
 espeak-ng reads the rendered, punctuated text: its prosody (pauses at marks, a rise at a question)
 carries the reference punctuation, as a speaker's does, for every system alike.
 
-For each recording, ``record`` runs (a) streampunct's live path up to the punctuator: the
-streaming recogniser (``streampunct.asr.StreamingRecognizer``, tiny.en) with the server's settings
-(``server.app.asr_options()``: a pass once 0.5 s of new audio waits, the encoder on the buffer and
-12 s, LocalAgreement with settling after 1 s (2 s for an unsure word) and the end-of-speech commit,
-no prompt unless ``--asr-prompt on``, no hold of agreed words unless ``--asr-context-s S``) fed
-CHUNK_S chunks on a simulated clock (the clock is the audio fed so far: real-time speed with
-instant compute; deterministic, nothing sleeps). A pass
-runs whenever the recogniser is ready, as the server's AsrSession does. The buffer is trimmed at
-Whisper's own sentence ends (the server's default since 2026-11-27; recordings made before were
-trimmed only past 25 s, at the last committed word, and are streamed again), so the recogniser's
-words do not depend on the punctuator. Every pass's
-committed words are kept with the clock and its provisional words, then the words of
-``finish()``; the settings are kept too (``front_end``, and ``version``: STREAM_VERSION), and a
-recording streamed with other settings or an older recogniser is streamed again. Since the
-recogniser's passes decode once and greedily, a recording streams to the same words every run.
+For each recording, ``record`` runs (a) streampunct's live path up to the punctuator: the caption
+pipeline the server runs (``streampunct.pipeline.CaptionPipeline``: the streaming recogniser,
+tiny.en, with the server's settings, ``streampunct.options``; the pause clock; the provisional
+words as lookahead) fed CHUNK_S chunks on ``streampunct.pipeline.simulate``'s clock (the audio fed
+so far: real-time speed with instant compute; deterministic, nothing sleeps), a pass whenever the
+recogniser is ready, as the server's session runs one. Every call the pipeline makes on the
+punctuation stream is kept (push: the committed words, the push clock and the provisional words;
+tick: the pause clock; finish), with the settings (``front_end``) and ``version``
+(STREAM_VERSION); a recording streamed with other settings or older code is streamed again. The
+buffer is trimmed at Whisper's own sentence ends, so the calls do not depend on the punctuator,
+and since the passes decode once and greedily, a recording streams to the same calls every run.
 (b) faster-whisper offline with its own punctuation (beam 5, word timestamps, and its default
 temperature fallback, so these words can move between runs) with tiny.en and base. All of it is
 JSON in --cache, one file per recording; a step already there is not run again (``--force``
 reruns).
 
-``score`` replays each recording's committed batches into a fresh ``PunctStream`` per
-configuration (model x lookahead x pauses; ``push(words, now=clock, tentative=provisional)``, as
-the server does with ``--provisional-lookahead on``, its default; ``--provisional-lookahead off``
-pushes no tentative words; then ``finish()``, no time limit) and takes each word's final label;
-a word's label goes on its last token (``normalize``), its other tokens get O (the stream's events are per word). ``--pauses`` (both, on, off) is passed
+``score`` runs each recording's calls through a fresh ``PunctStream`` per configuration (model x
+lookahead x pauses), with the clients' time limit (StreamOptions.max_delay_ms), as the server
+would (``--provisional-lookahead off`` drops the tentative words), and takes each word's final
+label; a word's label goes on its last token (``normalize``), its other tokens get O (the stream's events are per word). ``--pauses`` (both, on, off) is passed
 to ``Punctuator.stream`` only when its signature has that parameter, and pauses=on runs only for a
 checkpoint with pause fusion (without it, on equals off); the JSON's "pauses" says what ran. A
 checkpoint whose fusion reads the recogniser's own marks runs pauses=on twice: on the streamed
@@ -106,6 +101,7 @@ lost before the first hypothesis token count in neither, as in the table.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import inspect
 import json
@@ -123,29 +119,34 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from common import RESULTS, machine, write_json  # noqa: E402
 
-from server.app import ASR_DEFAULTS, asr_options  # noqa: E402
 from streampunct import Punctuator  # noqa: E402
 from streampunct.asr import SAMPLE_RATE, StreamingRecognizer, resolve_asr_model  # noqa: E402
-from streampunct.conversation import labeled_words  # noqa: E402
 from streampunct.flags import number_or_off  # noqa: E402
-from streampunct.metrics import MARK_CLASSES, count, score  # noqa: E402
+from streampunct.metrics import count  # noqa: E402
+from streampunct.options import FrontEndOptions, RecognizerOptions, StreamOptions  # noqa: E402
+from streampunct.pipeline import CaptionPipeline, call_to_json, calls_from_json, simulate  # noqa: E402
 from streampunct.processes import in_processes  # noqa: E402
 from streampunct.punctuator import SHIPPED_MODELS, checkpoint_dir  # noqa: E402
-from streampunct.text import normalize, normalize_labeled, read_iwslt, render, without_mark  # noqa: E402
-from streampunct.types import Word  # noqa: E402
+from streampunct.scoring import compare, metrics, pool, reference, whisper_tokens, word_tokens  # noqa: E402
+from streampunct.stream import Push  # noqa: E402
+from streampunct.text import normalize_labeled, read_iwslt, render  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-CHUNK_S = 0.25  # audio fed to the recogniser per step (as clients/file.py sends it)
+CHUNK_S = 0.25  # audio fed to the recogniser per step (as streampunct/clients/file.py sends it)
 CLIP_GAP_S = 1.0  # silence between joined human clips
 TURN_GAP_S = (0.3, 0.8)  # silence between conversation turns
 TARGET_S = 300.0  # length of each synthetic recording
 MONOLOGUE_WORDS = 800
 STREAM_ASR = "tiny.en"
-# The streaming recogniser's code, where it changes what a stream hears without a setting: 2 since
-# its passes decode once, with no temperature fallback (2026-11-26; before it, 1, the same audio
-# streamed twice could give other words). ``record`` streams again a recording streamed before.
-STREAM_VERSION = 2
+# The live path's code, where it changes what a stream hears without a setting: 2 since the
+# recogniser's passes decode once, with no temperature fallback (2026-11-26; before it, 1, the same
+# audio streamed twice could give other words); 3 since the recording is the caption pipeline's
+# calls (streampunct.pipeline: the pause clock's ticks, the server's push clock; 2026-11-28).
+# ``record`` streams again a recording streamed before.
+STREAM_VERSION = 3
 OFFLINE_ASR = ("tiny.en", "base")
+# The streamed words' time limit: the clients' default (the other words have none: predict's labels).
+LIVE_DELAY_MS = StreamOptions.max_delay_ms
 WORDS = ("streamed", *(f"offline:{a}" for a in OFFLINE_ASR), "reference")  # score --words
 SETS = {
     "synthetic_conversation": "synthetic conversation",
@@ -178,124 +179,6 @@ QUICK_TURNS = (
 )
 
 
-# --- alignment and scoring -------------------------------------------------------------------
-
-
-def _key(token: str) -> str:
-    """A token as alignment compares it: lowercase, normalised, no final dot ("mr." = "mr")."""
-    return ("".join(normalize(token)) or token.lower()).rstrip(".") or token.lower()
-
-
-def align(ref: Sequence[str], hyp: Sequence[str]) -> list[tuple[str, int | None, int | None]]:
-    """A minimum edit-distance path from ``ref`` to ``hyp``: (op, ref index, hyp index) in order;
-    op is "=" (match), "S" (substitution), "D" (a reference token deleted) or "I" (inserted)."""
-    a = [_key(t) for t in ref]
-    b = [_key(t) for t in hyp]
-    n, m = len(a), len(b)
-    cost = [list(range(m + 1))]
-    for i in range(1, n + 1):
-        prev, row = cost[-1], [i] + [0] * m
-        ai = a[i - 1]
-        for j in range(1, m + 1):
-            row[j] = min(prev[j - 1] + (ai != b[j - 1]), prev[j] + 1, row[j - 1] + 1)
-        cost.append(row)
-    path = []
-    i, j = n, m
-    while i or j:  # back from the end: a diagonal step first, then a deletion, then an insertion
-        if i and j and cost[i][j] == cost[i - 1][j - 1] + (a[i - 1] != b[j - 1]):
-            path.append(("=" if a[i - 1] == b[j - 1] else "S", i - 1, j - 1))
-            i, j = i - 1, j - 1
-        elif i and cost[i][j] == cost[i - 1][j] + 1:
-            path.append(("D", i - 1, None))
-            i -= 1
-        else:
-            path.append(("I", None, j - 1))
-            j -= 1
-    return path[::-1]
-
-
-def move_marks(
-    path: Sequence[tuple[str, int | None, int | None]], ref_labels: Sequence[str], n_hyp: int
-) -> tuple[list[str], int]:
-    """The reference marks on the hypothesis tokens, and how many were lost (a deleted token with
-    no hypothesis token before it). A mark on a deleted token goes to the hypothesis token before
-    it; of two marks on one token the later wins, but a COMMA never replaces a PERIOD or QUESTION."""
-    out = ["O"] * n_hyp
-    last: int | None = None  # the last hypothesis token of the path so far
-    lost = 0
-    for op, i, j in path:
-        if j is not None:
-            last = j
-        if i is None or ref_labels[i] == "O":
-            continue
-        target = j if op in ("=", "S") else last
-        if target is None:
-            lost += 1
-        elif not (ref_labels[i] == "COMMA" and out[target] in ("PERIOD", "QUESTION")):
-            out[target] = ref_labels[i]
-    return out, lost
-
-
-def compare(
-    ref_tokens: Sequence[str], ref_labels: Sequence[str], hyp_tokens: Sequence[str], hyp_labels: Sequence[str]
-) -> dict:
-    """Align and move the marks: what :func:`metrics` scores (lists, so that runs pool), and the
-    alignment's path."""
-    path = align(ref_tokens, hyp_tokens)
-    moved, lost = move_marks(path, ref_labels, len(hyp_tokens))
-    ops = {op: sum(1 for p in path if p[0] == op) for op in "=SDI"}
-    return {
-        "ref": moved,
-        "hyp": list(hyp_labels),
-        "edits": ops["S"] + ops["D"] + ops["I"],
-        "ref_tokens": len(ref_tokens),
-        "ref_marks": sum(lab != "O" for lab in ref_labels),
-        "lost": lost,
-        "path": path,
-    }
-
-
-def pool(parts: Sequence[dict]) -> dict:
-    return {
-        "ref": [x for p in parts for x in p["ref"]],
-        "hyp": [x for p in parts for x in p["hyp"]],
-        **{k: sum(p[k] for p in parts) for k in ("edits", "ref_tokens", "ref_marks", "lost")},
-    }
-
-
-def metrics(c: dict) -> dict:
-    report = score(c["ref"], c["hyp"])
-    out = {k: round(v, 2) if isinstance(v, float) else v for k, v in report.to_dict().items()}
-    for cls in MARK_CLASSES:
-        out[cls] = {k: round(v, 2) for k, v in out[cls].items()}
-        out[cls]["support"] = report.classes[cls].support
-    out["wer"] = round(100 * c["edits"] / max(c["ref_tokens"], 1), 2)
-    out["ref_tokens"] = c["ref_tokens"]
-    out["ref_marks"] = c["ref_marks"]
-    out["marks_lost"] = c["lost"]
-    return out
-
-
-def reference(text: str) -> tuple[list[str], list[str]]:
-    return normalize_labeled(*labeled_words(text, turn_end=False))
-
-
-def whisper_tokens(words: Sequence[dict]) -> tuple[list[str], list[str]]:
-    """Whisper's words with its own punctuation, as tokens and labels."""
-    return normalize_labeled(*labeled_words(" ".join(w["text"] for w in words), turn_end=False))
-
-
-def word_tokens(words: Sequence[str], labels: Sequence[str]) -> tuple[list[str], list[str]]:
-    """A word's label on its last token, O on its others; words without tokens vanish."""
-    tokens: list[str] = []
-    out: list[str] = []
-    for w, lab in zip(words, labels):
-        parts = normalize(w)
-        tokens += parts
-        out += ["O"] * (len(parts) - 1) + [lab] * bool(parts)
-    return tokens, out
-
-
 def stream_has_pauses() -> bool:
     return "pauses" in inspect.signature(Punctuator.stream).parameters
 
@@ -307,29 +190,20 @@ def replay(
     pauses: bool | None,
     marks: bool = True,
     provisional_lookahead: bool = True,
+    max_delay_ms: float | None = None,
 ) -> tuple[list[str], list[str]]:
-    """The recorded committed batches through a fresh stream; each word's final label. Without
-    ``marks``, the recogniser's own marks are taken off its words first (a recogniser that writes
-    none); with ``provisional_lookahead``, each batch's provisional words are pushed as tentative
-    lookahead (recordings made before they were kept have none)."""
-    kwargs: dict[str, object] = {"lookahead": lookahead, "max_delay_ms": None}
+    """A recording's calls (see :func:`stream_asr`) through a fresh stream; each word's final
+    label. Without ``marks``, the recogniser's own marks are taken off its words first (a
+    recogniser that writes none); without ``provisional_lookahead``, no tentative words."""
+    kwargs: dict[str, object] = {"lookahead": lookahead, "max_delay_ms": max_delay_ms}
     if pauses is not None:
         kwargs["pauses"] = pauses
     stream = p.stream(**kwargs)
-    words: list[str] = []
     final: dict[int, str] = {}
-
-    def take(events) -> None:
-        for e in events:
-            if e.final:
-                final[e.index] = e.label
-
-    for batch in [*asr["batches"], asr["final"]]:
-        ws = recognised(batch["words"], marks)
-        words += [w.text for w in ws]
-        guess = recognised(batch.get("tentative", []), marks) if provisional_lookahead else []
-        take(stream.push(ws, now=batch["clock"], tentative=guess))
-    take(stream.finish())
+    calls = calls_from_json(asr["calls"], marks, provisional_lookahead)
+    for call in calls:
+        final.update((e.index, e.label) for e in stream.run(call) if e.final)
+    words = [w.text for call in calls if isinstance(call, Push) for w in call.words]
     assert len(final) == len(words), "every word gets one final label"
     return word_tokens(words, [final[i] for i in range(len(words))])
 
@@ -348,17 +222,11 @@ def words_to_punctuate(recording: dict, words: str) -> dict | None:
         if offline is None:
             return None
         ws = offline["words"]
-    return {"batches": [], "final": {"clock": None, "words": ws, "tentative": []}}
-
-
-def recognised(words: Sequence[dict], marks: bool = True) -> list[Word]:
-    """Recorded words as ``Word``s; without ``marks``, their own marks taken off first (as from a
-    recogniser that writes none)."""
-    return [Word(w["text"] if marks else without_mark(w["text"]), w["start"], w["end"]) for w in words]
+    return {"calls": [{"push": ws, "now": None, "tentative": []}, {"finish": True}]}
 
 
 def streamed_words(asr: dict) -> list[dict]:
-    return [w for batch in [*asr["batches"], asr["final"]] for w in batch["words"]]
+    return [w for c in asr["calls"] if "push" in c for w in c["push"]]
 
 
 # --- audio -------------------------------------------------------------------------------------
@@ -541,46 +409,37 @@ def whisper(name: str):
     return WhisperModel(resolve_asr_model(name), device="cpu", compute_type="int8")
 
 
-def _words(ws: Sequence[Word]) -> list[dict]:
-    return [{"text": w.text, "start": round(w.start, 3), "end": round(w.end, 3)} for w in ws]
+def front_end(options: RecognizerOptions, pipeline: FrontEndOptions) -> dict:
+    """The settings a recording was streamed with, as its JSON keeps them."""
+    return {**dataclasses.asdict(options), **dataclasses.asdict(pipeline)}
 
 
-def stream_asr(model, audio: np.ndarray, options: dict) -> dict:
-    """The streaming recogniser (``StreamingRecognizer(model, **options)``) over ``audio`` in CHUNK_S
-    steps on a simulated clock (module docstring): every pass's committed words with the clock and
-    its provisional words, then ``finish()``'s."""
-    rec = StreamingRecognizer(model, **options)
-    step = int(CHUNK_S * SAMPLE_RATE)
-    batches = []
+def stream_asr(
+    model,
+    audio: np.ndarray,
+    options: RecognizerOptions | None = None,
+    pipeline: FrontEndOptions | None = None,
+) -> dict:
+    """The live path up to the punctuator: a :class:`~streampunct.pipeline.CaptionPipeline` with
+    the streaming recogniser (``options``: the server's by default) over ``audio`` in CHUNK_S
+    steps on :func:`~streampunct.pipeline.simulate`'s clock; every call it makes on the
+    punctuation stream, with the clock (:func:`~streampunct.pipeline.call_to_json`). The recogniser's sentence ends are
+    Whisper's, so that the recording does not depend on the punctuator."""
+    options, pipeline = options or RecognizerOptions(), pipeline or FrontEndOptions()
+    if options.sentence_ends != "whisper":
+        raise ValueError(
+            "a recording is the punctuator's input: the recogniser's sentence ends must be Whisper's"
+        )
     t0 = time.perf_counter()
-    for start in range(0, len(audio), step):
-        chunk = audio[start : start + step]
-        clock = (start + len(chunk)) / SAMPLE_RATE
-        rec.feed(chunk, now=clock)
-        while rec.ready():
-            hyp = rec.process(now=clock)
-            asr_clock = rec.processed_until if hyp.complete_until is None else hyp.complete_until
-            batches.append(
-                {
-                    "clock": round(clock, 3),
-                    "asr_clock": round(asr_clock, 3),  # the server's push clock, for reference
-                    "words": _words(hyp.committed),
-                    "tentative": _words(hyp.provisional),
-                    "skipped": None if hyp.skipped is None else [hyp.skipped.start, hyp.skipped.end],
-                }
-            )
-    clock = len(audio) / SAMPLE_RATE
-    final = {"clock": round(clock, 3), "asr_clock": round(clock, 3), "words": _words(rec.finish())}
+    run = simulate(CaptionPipeline(StreamingRecognizer(model, options), pipeline), audio, CHUNK_S)
     return {
         "model": STREAM_ASR,
         "version": STREAM_VERSION,
         "chunk_s": CHUNK_S,
-        "prompt": options["prompt"],
-        "front_end": options,
-        "batches": batches,
-        "final": final,
-        "passes": len(batches),
-        "skips": len(rec.skipped),
+        "front_end": front_end(options, pipeline),
+        "calls": [call_to_json(call, clock) for clock, call in run.calls],
+        "passes": sum(h.hypothesis is not None and h.hypothesis.pass_ is not None for h in run.heard),
+        "skips": sum(h.skipped is not None for h in run.heard),
         "seconds": round(time.perf_counter() - t0, 1),
     }
 
@@ -674,7 +533,7 @@ def recognise(
     force: bool,
     offline_models: Sequence[str] = OFFLINE_ASR,
     prompt: str = "off",
-    context_s: float | None = ASR_DEFAULTS["context_s"],
+    context_s: float | None = RecognizerOptions.context_s,
     names: Sequence[str] | None = None,
 ) -> None:
     """Each recogniser over every recording (or those ``names``) it has not recognised yet (the
@@ -682,7 +541,8 @@ def recognise(
     STREAM_VERSION): the streaming one, then each offline one (one model loaded at a time)."""
     if names is None:
         names = [p.stem for p in sorted(cache.glob("*.json"))]
-    options = asr_options(prompt=prompt, context_s=context_s)
+    options = RecognizerOptions(prompt=prompt == "on", context_s=context_s)
+    settings = front_end(options, FrontEndOptions())
     streaming = functools.partial(stream_asr, options=options)
     jobs = [("streaming", STREAM_ASR, streaming)] + [("offline", asr, offline_asr) for asr in offline_models]
     for kind, asr, run in jobs:
@@ -694,7 +554,7 @@ def recognise(
             stale = (
                 kind == "streaming"
                 and done is not None
-                and (done.get("front_end") != options or done.get("version", 1) != STREAM_VERSION)
+                and (done.get("front_end") != settings or done.get("version", 1) != STREAM_VERSION)
             )
             if force or done is None or stale:
                 model = model or whisper(asr)
@@ -799,7 +659,8 @@ def evaluate(
         t0 = time.perf_counter()
         for r in recordings:
             if s["kind"] == "streampunct":
-                punctuated = words_to_punctuate(r, s.get("words", "streamed"))
+                words = s.get("words", "streamed")
+                punctuated = words_to_punctuate(r, words)
                 if punctuated is None:
                     continue
                 hyp = replay(
@@ -809,6 +670,7 @@ def evaluate(
                     s["pauses"],
                     s.get("marks", True),
                     provisional_lookahead,
+                    LIVE_DELAY_MS if words == "streamed" else None,
                 )
             elif s["kind"] == "whisper_streamed":
                 hyp = whisper_tokens(streamed_words(r["streaming"][STREAM_ASR]))
@@ -1027,8 +889,7 @@ def score_cmd(args) -> None:
         "stream": {
             "asr": STREAM_ASR,
             "chunk_s": CHUNK_S,
-            "max_delay_ms": None,
-            "prompt": sorted({r["streaming"][STREAM_ASR].get("prompt", True) for r in recordings}),
+            "max_delay_ms": LIVE_DELAY_MS if args.words == "streamed" else None,
             "front_end": [r["streaming"][STREAM_ASR].get("front_end") for r in recordings],
             "provisional_lookahead": provisional,
         },
@@ -1085,7 +946,7 @@ def quick(workdir: Path | None = None) -> tuple[dict, str]:
             "set": "synthetic_conversation",
             "text": " ".join(QUICK_TURNS),
             "seconds": round(len(audio) / SAMPLE_RATE, 2),
-            "streaming": {STREAM_ASR: stream_asr(model, audio, asr_options())},
+            "streaming": {STREAM_ASR: stream_asr(model, audio)},
             "offline": {STREAM_ASR: offline_asr(model, audio)},
         }
     systems = [
@@ -1135,7 +996,7 @@ def main() -> None:
     r.add_argument(
         "--asr-context-s",
         type=number_or_off,
-        default=ASR_DEFAULTS["context_s"],
+        default=RecognizerOptions.context_s,
         help="hold agreed words until this much audio (s) follows them, or off (StreamingRecognizer("
         "context_s=); default the server's)",
     )
@@ -1161,7 +1022,7 @@ def main() -> None:
     s.add_argument(
         "--provisional-lookahead",
         choices=["on", "off"],
-        default=ASR_DEFAULTS["provisional_lookahead"],
+        default="on" if FrontEndOptions.provisional_lookahead else "off",
         help="push each pass's provisional words as lookahead (default %(default)s, the server's)",
     )
     s.add_argument("--out", default="e2e", help="results name: benchmarks/results/OUT.json and OUT.png")

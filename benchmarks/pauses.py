@@ -22,10 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, write_json  # noqa: E402
-from e2e import compare, metrics, pool, recognised, reference, whisper_tokens, word_tokens  # noqa: E402
 
 from streampunct import Punctuator  # noqa: E402
 from streampunct.asr import resolve_asr_model  # noqa: E402
+from streampunct.pipeline import recorded_words  # noqa: E402
+from streampunct.scoring import compare, metrics, pool, reference, whisper_tokens, word_tokens  # noqa: E402
 
 MODES: list[tuple[str, int | None]] = [("k=0", 0), ("k=2", 2), ("offline", None)]
 
@@ -67,7 +68,7 @@ def main() -> None:
                 name = f"{Path(model).name} {mode}{' +pauses' * pauses}{' +marks' * marks}"
                 parts = systems.setdefault(name, [])
                 for rec, (rt, rl) in zip(recs, refs):
-                    words = recognised(rec["words"], marks)
+                    words = recorded_words(rec["words"], marks)
                     labels = p.predict(words, k, pauses=pauses)
                     parts.append(compare(rt, rl, *word_tokens([w.text for w in words], labels)))
                 print(name, metrics(pool(parts))["micro_f1"], flush=True)

@@ -25,7 +25,7 @@ and the client's own event-loop lag is kept (a busy client would inflate every l
 
 ``asr``: N concurrent /v1/asr streams of espeak-ng speech (``--asr-seconds``, the text read as in
 the soak, cached there; skipped with a note without espeak-ng or a recogniser) sent as the mic
-client sends it, 16 kHz PCM16 in 0.25 s chunks at real time (``clients.file.stream_file`` at speed
+client sends it, 16 kHz PCM16 in 0.25 s chunks at real time (``streampunct.clients.file.stream_file`` at speed
 1: chunk i at t0 + i * 0.25 s), starts staggered over 0.5 s, after a 5 s warm-up stream.
 N = 1, 2, 3, ... until a stream gets a ``lag`` message (recognition fell behind and skipped audio)
 or a committed word lacks exactly one final event (or ``--asr-max-streams``). A committed word
@@ -91,10 +91,10 @@ from soak import CACHE, Server, make_speech, rss_mb, speakable, start_server  # 
 from websockets.asyncio.client import ClientConnection, connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed, InvalidStatus  # noqa: E402
 
-from server.guard import Limits  # noqa: E402
 from streampunct import protocol as P  # noqa: E402
 from streampunct.errors import StreamPunctError  # noqa: E402
 from streampunct.scheduler import LOAD_WINDOW_S  # noqa: E402
+from streampunct.server.guard import Limits  # noqa: E402
 from streampunct.text import read_iwslt  # noqa: E402
 
 ROOT = Path(__file__).parent.parent
@@ -107,7 +107,7 @@ PUNCT_CONFIG: dict[str, Any] = {"lookahead": 2, "max_delay_ms": 1000}
 ASR_CONFIG: dict[str, Any] = {"lookahead": 2, "max_delay_ms": 1000}
 LADDER_START = 5
 ASR_STAGGER_S = 0.5
-CHUNK_S = 0.25  # what clients/mic.py and clients/file.py send
+CHUNK_S = 0.25  # what streampunct/clients/mic.py and streampunct/clients/file.py send
 KILL_WORDS = 50
 RSS_SLACK_MB = 5.0  # "a few MB"
 HEALTH_WAIT_S = 15.0  # for /health to report 0 streams
@@ -508,7 +508,7 @@ async def section_punct(args: argparse.Namespace, servers: Servers, words: list[
 
 def speech(words: list[str], labels: list[str], seconds: float) -> Any:
     """espeak-ng reading the text for about ``seconds``, as float32 16 kHz; None without espeak-ng."""
-    from clients.file import load_audio
+    from streampunct.clients.file import load_audio
 
     minutes = seconds / 60
     piece = max(10, min(100, int(seconds * 2.5)))  # words an espeak-ng call: not much more than asked
@@ -517,7 +517,7 @@ def speech(words: list[str], labels: list[str], seconds: float) -> Any:
 
 
 async def asr_session(url: str, audio: Any, delay: float) -> dict[str, Any]:
-    from clients.file import stream_file
+    from streampunct.clients.file import stream_file
 
     await asyncio.sleep(delay)
     out: dict[str, Any] = {"failure": None, "lags": 0, "skipped_s": 0.0, "errors": []}

@@ -135,7 +135,7 @@ def start_server(*args: str, log: Path | None = None, env: dict[str, str] | None
             [
                 sys.executable,
                 "-m",
-                "server.app",
+                "streampunct.server.app",
                 "--host",
                 "127.0.0.1",
                 "--port",
@@ -601,7 +601,7 @@ async def asr_session(
 ) -> SessionReport:
     """One /v1/asr session: the audio as fast as the server reads it (``speed`` 0; 1: real time);
     committed words and their final events checked."""
-    from clients.file import stream_file
+    from streampunct.clients.file import stream_file
 
     t0 = time.perf_counter()
     report.audio_s = len(audio) / 16000
@@ -856,7 +856,7 @@ def main() -> int:
     words, labels = read_iwslt(Path(args.data) / "iwslt" / "dev2012")
     audio = None
     if args.asr_minutes > 0:
-        from clients.file import load_audio
+        from streampunct.clients.file import load_audio
 
         t = time.perf_counter()
         wav, n_read = make_speech(words, labels, args.asr_minutes, args.cache)

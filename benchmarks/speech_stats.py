@@ -31,9 +31,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, write_json  # noqa: E402
-from e2e import compare, load_recordings, reference, streamed_words, whisper_tokens  # noqa: E402
+from e2e import load_recordings, streamed_words  # noqa: E402
 
 from streampunct.prosody import MARK_RECALL  # noqa: E402
+from streampunct.scoring import compare, reference, whisper_tokens  # noqa: E402
 from streampunct.text import LABELS, mark_of  # noqa: E402
 
 PAUSE_S = 0.05  # a pause: more than this between two words

@@ -1,97 +1,53 @@
 """A streaming speech recogniser on faster-whisper: audio chunks in, committed words out.
 
 Audio (16 kHz mono float32) waits until ``process()`` moves it into a rolling buffer that is
-re-transcribed, with word timestamps and faster-whisper's VAD, each time enough new audio has
-arrived. The commit policy is :class:`LocalAgreement` (whisper_streaming's LocalAgreement-2): a word
-is committed once two consecutive hypotheses agree on it. Past ``trim_after_s`` the buffer is trimmed
-at the end of the last committed sentence, as Whisper marked it (a committed word ending in ``.``,
-``?`` or ``!``), or, past ``max_buffer_s``, at the last committed word. With
-``sentence_ends="punctuator"`` the caller reports the sentence ends instead
-(:meth:`StreamingRecognizer.sentence_end`, from streampunct's final periods), as the server did
-before 2026-11-27: on the simulated clock the shipped front end then read the long stream's three
-recordings at 14.1 WER instead of 13.7, a pass starting where Whisper's sentence had not ended
-(docs/latency.md). Whisper's casing and punctuation travel with the words; streampunct's normalisation
-strips them before the text model sees them, and a pause fusion that reads marks takes them as
-evidence.
+re-transcribed, with word timestamps and faster-whisper's VAD, each time ``min_chunk_s`` of new
+audio has arrived. The settings are :class:`~streampunct.options.RecognizerOptions` (the shipped
+front end's by default); what each costs and gains is measured in docs/latency.md, and what was
+tried and not kept is in docs/decisions.md.
 
-No prompt by default. whisper_streaming gives each pass the committed text before its buffer as
-Whisper's prompt (``prompt=True`` here). Whisper copies its prompt's style: once a stretch is
-committed without marks, the next passes write none, and on a 4.4-minute monologue its streamed
-marks died out after about 400 words. Without the prompt its streamed marks score 75.0 micro-F1
-instead of 66.2 in the end-to-end benchmark, at a pooled WER of 15.1 instead of 14.9
-(docs/conversation.md).
+Committing. :class:`LocalAgreement` (whisper_streaming's LocalAgreement-2) commits a word once two
+consecutive hypotheses agree on it, and only where the earlier of them had heard ``agree_after_s``
+of audio after it (Whisper misreads a word cut at the end of what it heard, and the next pass often
+misreads it alike). Sooner, as configured: on first sight for a word the recogniser is sure of
+(``confident``) whose audio ended ``LocalAgreement.margin_s`` before the audio heard; once
+``settle_after_s`` of audio has followed a word, as the latest pass heard it
+(``settle_unsure_after_s`` for a word with probability under ``UNSURE_BELOW``); and the whole
+hypothesis at the end of speech (the last word ended ``end_of_speech_s`` before the audio heard and
+faster-whisper's VAD, Silero, hears no speech since). ``context_s`` holds an agreed word until a pass
+has heard that much after it, and commits it as that pass wrote it (its mark included).
 
-Committing sooner (all optional; docs/latency.md measures them). ``confident``: a word the
-recogniser is sure of (its probability), whose audio ended ``LocalAgreement.margin_s`` before the
-audio heard, is committed on first sight. ``settle_after_s``: a word whose audio ended that long
-before the audio heard is committed as the latest pass heard it, even where the passes disagree,
-so no word waits for agreement longer than that and a pass; ``settle_unsure_after_s``: the same
-for a word whose probability is under ``UNSURE_BELOW`` (0.5), which a later pass often drops.
-``end_of_speech_s``: when a pass's last word ended that long before the audio heard and the voice
-activity detector faster-whisper ships (Silero) hears no speech since, the whole hypothesis is
-committed at once: no second hypothesis comes to agree with it in a pause. Each pass reports its
-time and real-time factor (:class:`Pass`).
+Trimming. Past ``trim_after_s`` the buffer is trimmed at the end of the last committed sentence:
+a committed word Whisper wrote with ``.``, ``?`` or ``!``, or with ``sentence_ends="punctuator"``
+the ends the caller reports (:meth:`StreamingRecognizer.sentence_end`, streampunct's final periods);
+past ``max_buffer_s``, at the last committed word. Whisper's casing and marks travel with the
+words; streampunct's normalisation strips them before the text model, and a pause fusion that
+reads marks takes them as evidence. ``prompt`` gives each pass the committed text before its
+buffer as Whisper's prompt (off by default: Whisper copies its prompt's style, and once a stretch
+is committed without marks the next passes write none).
 
-Agreement after audio. ``agree_after_s``: two hypotheses agree on a word only where the earlier
-of them had heard that much audio after it. Whisper misreads a word at the end of what it has
-heard ("maybe" for "may be", "they" for "their"), and the next pass, half a second later, often
-misreads it the same way, so LocalAgreement-2 commits the misreading; the pass after them, hearing
-what follows the word, reads it right and restates it beside the committed word ("may just
-justly"). With 0.3 s the live clips' WER fell from 6.4 to 5.7 and the end-to-end recordings'
-from 16.8 to 16.5, for a quarter of a second of median latency (docs/latency.md).
-
-Marks with context. ``context_s``: a word agreed on is held until a pass has heard that much
-audio after it, and goes out as that pass wrote it. Whisper writes a period at the end of what it
-has heard ("concerned."), which the next pass, hearing the sentence go on, takes back; LocalAgreement
-agrees on the word before its mark is right. Held for 0.5 s, streamed tiny.en's own marks on a
-held-out earnings call go from 36.6 to 44.1 micro-F1 at the same words; streampunct's output
-gains less, so the server's default is off (docs/conversation.md).
-
-Faster passes. faster-whisper pads every window to 30 s, and the encoder's cost is that of 30 s
-whatever the buffer holds (a quarter of a second with tiny.en on 2 CPU cores, most of a short
-pass). With ``encoder_pad_s`` the encoder reads the buffer and that much of the padding's silence
-(at least ``MIN_WINDOW_S``): :func:`encoder_window`. And a pass writes at most
-``MAX_TOKENS_PER_S`` tokens a second of its audio, so that a hypothesis that loops ends early.
-
-One decode a pass. By default faster-whisper decodes a window again, sampling at rising
-temperatures (0.2 to 1.0, five samples each), when a decode repeats itself or its mean
-log-probability is low. In a stream that fallback fires where it costs most: on unintelligible
-speech (espeak-ng speech played backwards) on 16 to 21 of about 30 passes, each then decoding up to
-six times, and the samples differ from run to run, so that the same audio streamed twice gave
-other words (on the end-to-end benchmark's monologue 32 decodes of 678 fell back, and two runs of
-it scored 64.5 and 70.8 micro-F1 behind streampunct). The passes decode once, at
-``temperature=0`` (greedily with the default ``beam_size`` of 1): the same audio on the same clock
-gives the same words, and the backwards speech took a third of the time (docs/latency.md).
+Each pass decodes once, greedily with ``beam_size`` 1 and at temperature 0 (no fallback sampling at
+higher temperatures): the same audio on the same clock gives the same words. With ``encoder_pad_s``
+Whisper's encoder reads the buffer and that much of the padding's silence instead of 30 s
+(:func:`encoder_window`), and a pass writes at most ``MAX_TOKENS_PER_S`` tokens a second of its audio,
+so that a hypothesis that loops ends early. Each pass reports its time and real-time factor
+(:class:`Pass`).
 
 Falling behind. Recognition is *behind* when audio that is due has waited more than ``max_lag_s``
-(default 8 s) without being recognised. Audio is due once real time has reached it: the caller
-passes its clock as ``now`` to ``feed()`` and ``process()``, and audio at stream time ``t`` is due
-at ``anchor + t``, where the anchor is the latest ``now - stream time`` of a fed chunk's end (a
-sender that pauses moves the schedule on), a chunk's end taken at most ``LIVE_CHUNK_S`` (1 s) after
-its start: a live sender's chunk was recorded by the time it arrives, and audio beyond that in one
-chunk (a file sent in 32 s chunks) was sent ahead. Audio sent ahead of real time, such as a file
-sent as fast as possible, is therefore not late while recognition keeps up with real time. Without a
-clock all fed audio is due. The catch-up policy, at the start of ``process()`` (or alone, without
-the model: ``catch_up()``, for a caller that reports the skip before the pass):
-
-1. the last hypothesis is committed as it stands, as at the end of a stream (its audio was
-   recognised once); the committed words are kept;
-2. the waiting audio is skipped up to ``resume_s`` (2 s) before the due end, and the buffer
-   restarts there: the words spoken in the skipped audio are lost, and the words after it keep
-   the true stream clock;
-3. the skip is reported in :attr:`Hypothesis.skipped` (a :class:`Skip`: from and to, in stream
-   seconds).
-
-Why 8 s: on a healthy machine the waiting audio stays under ``min_chunk_s`` plus one pass (tiny.en
-takes well under a second a pass on a CPU core, base a few), so a healthy stream never loses a word
-to a hiccup; and a caption more than about ten seconds late is of little use live. A recogniser
-that stays slower than real time skips again whenever it falls 8 s behind: its words come in
-stretches, each pass's hypothesis committed at the next skip, and the stream stays live. Without
-a skip, each pass takes all the due audio that waits (at least ``min_chunk_s``), so a recogniser a
-little slower than real time catches up by taking longer steps.
+without being recognised. Audio is due once real time has reached it: the caller passes its clock
+as ``now`` to ``feed()`` and ``process()``, and audio at stream time ``t`` is due at ``anchor + t``,
+where the anchor is the latest ``now - stream time`` of a fed chunk's end (a sender that pauses
+moves the schedule on), a chunk's end taken at most ``LIVE_CHUNK_S`` after its start (audio beyond
+that in one chunk was sent ahead of real time, and is not late while recognition keeps up). Without
+a clock all fed audio is due. Then, at the start of ``process()`` (or alone, without the model:
+``catch_up()``): the last hypothesis is committed as it stands; the waiting audio is skipped up to
+``resume_s`` before the due end, the buffer restarting there with the true stream clock; the skip
+is reported in :attr:`Hypothesis.skipped`. Without a skip, each pass takes all the due audio that
+waits, so a recogniser a little slower than real time catches up by taking longer steps.
 
 ``process()`` runs the model and blocks: a server calls it from a worker thread. A recogniser is
-not thread-safe: feed it only between passes.
+not thread-safe: feed it only between passes (:class:`~streampunct.pipeline.CaptionPipeline` keeps
+the audio that arrives during a pass).
 """
 
 from __future__ import annotations
@@ -109,6 +65,7 @@ from typing import Any
 import numpy as np
 
 from .errors import StreamPunctError
+from .options import RecognizerOptions
 from .text import normalize
 from .types import SAMPLE_RATE, Word
 
@@ -332,48 +289,28 @@ class Pass:
 class StreamingRecognizer:
     """One audio stream. ``feed()`` audio, then ``process()`` whenever ``ready()``."""
 
-    def __init__(
-        self,
-        model: Any,
-        *,
-        language: str | None = "en",
-        min_chunk_s: float = 1.0,
-        trim_after_s: float = 12.0,
-        max_buffer_s: float = 25.0,
-        max_lag_s: float | None = 8.0,
-        resume_s: float = 2.0,
-        beam_size: int = 1,
-        confident: float | None = None,
-        end_of_speech_s: float | None = None,
-        prompt: bool = False,
-        settle_after_s: float | None = None,
-        settle_unsure_after_s: float | None = None,
-        encoder_pad_s: float | None = None,
-        context_s: float | None = None,
-        agree_after_s: float | None = None,
-        sentence_ends: str = "whisper",
-    ):
-        if sentence_ends not in SENTENCE_ENDS:
-            raise StreamPunctError(f"sentence_ends must be one of {SENTENCE_ENDS}, got {sentence_ends!r}")
-        if max_lag_s is not None and not 0 <= resume_s < max_lag_s:
-            raise StreamPunctError(f"resume_s must be from 0 to max_lag_s ({max_lag_s}), got {resume_s}")
+    def __init__(self, model: Any, options: RecognizerOptions | None = None, **overrides: Any):
+        """``options`` (default: the shipped front end's, :class:`~streampunct.options.RecognizerOptions`),
+        with ``overrides`` of its fields."""
+        o = replace(options or RecognizerOptions(), **overrides)  # checks them
+        self.options = o
         self.model = model
-        self.language = language
-        self.min_chunk_s = min_chunk_s
-        self.trim_after_s = trim_after_s
-        self.max_buffer_s = max_buffer_s
-        self.max_lag_s = max_lag_s  # None: never skip
-        self.resume_s = resume_s
-        self.beam_size = beam_size
-        self.confident = confident  # LocalAgreement's first-sight commit (None: off)
-        self.end_of_speech_s = end_of_speech_s  # silence after the hypothesis that commits it (None: off)
-        self.prompt = prompt  # Whisper sees the committed text before its buffer
-        self.settle_after_s = settle_after_s  # audio after a word that commits it unagreed (None: off)
-        self.settle_unsure_after_s = settle_unsure_after_s  # the same for an unsure word (None: as sure)
-        self.encoder_pad_s = encoder_pad_s  # the encoder reads the buffer and this much (None: 30 s)
-        self.context_s = context_s  # audio heard after an agreed word that releases it (None: none)
-        self.agree_after_s = agree_after_s  # audio the earlier of two agreeing passes heard after a word
-        self.sentence_ends = sentence_ends  # whose sentence ends trim the buffer: SENTENCE_ENDS
+        self.language = o.language
+        self.min_chunk_s = o.min_chunk_s
+        self.trim_after_s = o.trim_s
+        self.max_buffer_s = o.max_buffer_s
+        self.max_lag_s = o.max_lag_s  # None: never skip
+        self.resume_s = o.resume_s
+        self.beam_size = o.beam_size
+        self.confident = o.confident
+        self.end_of_speech_s = o.end_of_speech_s
+        self.prompt = o.prompt
+        self.settle_after_s = o.settle_after_s
+        self.settle_unsure_after_s = o.settle_unsure_after_s
+        self.encoder_pad_s = o.encoder_pad_s
+        self.context_s = o.context_s
+        self.agree_after_s = o.agree_after_s
+        self.sentence_ends = o.sentence_ends
         self.audio = np.zeros(0, dtype=np.float32)  # the buffer that is transcribed
         self.offset = 0.0  # stream time of the buffer's first sample
         self.waiting: list[np.ndarray] = []  # audio fed after the buffer, not transcribed yet
@@ -558,8 +495,6 @@ class StreamingRecognizer:
 
 # A committed word Whisper wrote with one of these closes a sentence: the buffer is trimmed there.
 SENTENCE_MARKS = (".", "?", "!")
-# Whose sentence ends trim the buffer: Whisper's marks, or the punctuator's (sentence_end()).
-SENTENCE_ENDS = ("whisper", "punctuator")
 # Whisper's encoder reads at least this much (s) with ``encoder_pad_s``: on a second of speech and a
 # few of silence, tiny.en loops ("And so and so and so ..."), each loop a long pass.
 MIN_WINDOW_S = 10.0

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DataFormatError, EmptyInputError, InputError, StreamPunctError
-from .flags import add_config_flags, config_from_flags
+from .flags import add_config_flags, config_from_flags, number_or_off
+from .options import StreamOptions
 from .types import ENGINES
 
 __all__ = ["main"]
@@ -128,6 +129,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from .punctuator import Punctuator, checkpoint_dir
     from .text import normalize_labeled, read_iwslt
 
+    if args.speech:
+        return _calibrate_speech(args)
     if args.dev is None:
         raise DataFormatError(f"give --dev FILE (or set {DATA_ENV})")
     tokens, labels = normalize_labeled(*read_iwslt(args.dev))
@@ -165,10 +168,50 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         "window_from": p.model.cfg.window_from,
         "modes": report,
     }
-    (folder / "calibration.json").write_text(json.dumps(summary, indent=2) + "\n")
+    _write_calibration(folder, summary, keep=("speech",))
     print(
         f"wrote {folder / 'config.json'} (label_bias, window_bias, window_from) and {folder / 'calibration.json'}"
     )
+    return 0
+
+
+def _write_calibration(folder: Path, summary: dict, keep: tuple[str, ...] | None = None) -> Path:
+    """calibration.json: ``summary``, with the ``keep`` entries of the one there (None: all)."""
+    path = folder / "calibration.json"
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    kept = {k: v for k, v in old.items() if keep is None or k in keep}
+    path.write_text(json.dumps({**kept, **summary}, indent=2) + "\n")
+    return path
+
+
+def _calibrate_speech(args: argparse.Namespace) -> int:
+    """calibrate --speech: the pause fusion's offsets on recorded recognised speech."""
+    from .calibrate import calibrate_speech
+    from .model import PunctModel
+    from .punctuator import Punctuator, checkpoint_dir
+
+    paths = sorted(Path(args.speech).glob("*.json"))
+    recordings = []
+    for path in paths:
+        rec = json.loads(path.read_text())
+        streams = [s for s in rec.get("streaming", {}).values() if "calls" in s]
+        if "text" not in rec or not streams:
+            raise DataFormatError(
+                f"{path}: not a recording with its calls (benchmarks/e2e.py record writes them)"
+            )
+        recordings.append((rec["text"], streams[0]["calls"]))
+    if not recordings:
+        raise EmptyInputError(f"no recordings (*.json) in {args.speech}")
+    folder = checkpoint_dir(args.model)
+    p = Punctuator.load(folder, device=args.device)
+    if not isinstance(p.model, PunctModel):
+        raise InputError(f"{folder}: only an encoder checkpoint has pause fusion")
+    print(f"calibrating {folder}'s pause fusion on {len(recordings)} recordings in {args.speech}")
+    report = calibrate_speech(p, recordings, args.lookahead, args.max_delay_ms)
+    p.model.save_pauses(folder)
+    report["recordings"] = [path.stem for path in paths]
+    path = _write_calibration(folder, {"speech": report})
+    print(f"wrote {folder / 'pauses.safetensors'} and {path}")
     return 0
 
 
@@ -307,6 +350,22 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         action="store_true",
         help="tune the offline offsets alone, keeping the others (calibration.json: offline_retuned)",
     )
+    speech = p.add_argument_group("the pause fusion's offsets, on recognised speech (instead of --dev)")
+    speech.add_argument(
+        "--speech",
+        metavar="DIR",
+        help="recordings as benchmarks/e2e.py record writes them (a dev set): the fusion's offsets per "
+        "lookahead slot, for micro-F1 on them (rewrites pauses.safetensors)",
+    )
+    speech.add_argument(
+        "--lookahead", type=int, default=StreamOptions.lookahead, help="the streams' (default: %(default)s)"
+    )
+    speech.add_argument(
+        "--max-delay-ms",
+        type=number_or_off,
+        default=StreamOptions.max_delay_ms,
+        help="the streams' time limit (default: %(default)s)",
+    )
     p.set_defaults(run=cmd_calibrate)
 
     p = sub.add_parser("tag", help="POS tags of a word<TAB>LABEL file's tokens (.npy), for --tags in train")
@@ -372,12 +431,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-# Commands that live in server/ and clients/, each with its own arguments.
+# Commands that live in streampunct/server/ and streampunct/clients/, each with its own arguments.
 EXTERNAL = {
-    "serve": ("server.app", "main", "run the websocket server"),
-    "words": ("clients.words", "cli", "punctuate word hypotheses (JSON lines) through a server"),
-    "file": ("clients.file", "cli", "caption an audio file through a server"),
-    "mic": ("clients.mic", "cli", "live captions from the microphone"),
+    "serve": ("streampunct.server.app", "main", "run the websocket server"),
+    "words": ("streampunct.clients.words", "cli", "punctuate word hypotheses (JSON lines) through a server"),
+    "file": ("streampunct.clients.file", "cli", "caption an audio file through a server"),
+    "mic": ("streampunct.clients.mic", "cli", "live captions from the microphone"),
 }
 
 

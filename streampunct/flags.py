@@ -10,7 +10,7 @@ import types
 import typing
 from typing import Any
 
-__all__ = ["add_config_flags", "config_from_flags", "number_or_off"]
+__all__ = ["add_config_flags", "config_from_flags", "flags_of", "number_or_off", "on_off"]
 
 
 def number_or_off(value: str) -> float | None:
@@ -23,18 +23,35 @@ def number_or_off(value: str) -> float | None:
         raise argparse.ArgumentTypeError(f"a number or off, not {value!r}") from None
 
 
-def add_config_flags(p: Any, cls: type, **cli: dict[str, Any] | None) -> None:
+def on_off(value: str) -> bool:
+    """An on/off switch's value."""
+    if value not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"on or off, not {value!r}")
+    return value == "on"
+
+
+def add_config_flags(
+    p: Any,
+    cls: type,
+    *,
+    prefix: str = "",
+    switches: bool = False,
+    aliases: dict[str, str] | None = None,
+    **cli: dict[str, Any] | None,
+) -> None:
     """A flag per field of the config dataclass ``cls`` on ``p`` (a parser or an argument group):
-    ``--name-with-dashes``, of the field's type (``X | None``: ``X``, and ``off`` for None when the
-    default is not None; bool as ``--flag/--no-flag``; ``Literal`` as choices; a tuple as several
-    values), its default and ``cls.HELP``. ``cli[name]``: argparse keywords that replace those made
-    here (a default from $STREAMPUNCT_DATA), or None: no flag."""
+    ``--{prefix}name-with-dashes``, of the field's type (``X | None``: ``X``, and ``off`` for None
+    when the default is not None; bool as ``--flag/--no-flag``, or with ``switches`` as ``--flag
+    on|off``; ``Literal`` as choices; a tuple as several values), its default and ``cls.HELP``.
+    ``aliases[name]``: one more spelling of its flag (an older one). ``cli[name]``: argparse
+    keywords that replace those made here (a default from $STREAMPUNCT_DATA), or None: no flag."""
     hints = typing.get_type_hints(cls)
     kw: dict[str, Any]
     for f in dataclasses.fields(cls):
         if f.name in cli and cli[f.name] is None:
             continue
-        t, kw = hints[f.name], {"help": getattr(cls, "HELP", {}).get(f.name)}
+        dest = (prefix + f.name).replace("-", "_")
+        t, kw = hints[f.name], {"help": getattr(cls, "HELP", {}).get(f.name), "dest": dest}
         optional = typing.get_origin(t) in (typing.Union, types.UnionType)
         if optional:  # X | None
             t = next(a for a in typing.get_args(t) if a is not type(None))
@@ -45,25 +62,59 @@ def add_config_flags(p: Any, cls: type, **cli: dict[str, Any] | None) -> None:
             items = typing.get_args(t)
             kw["nargs"] = "+" if items[-1] is Ellipsis else len(items)
             t = items[0]
-        if t is bool:
+        if t is bool and switches:
+            kw["type"], kw["metavar"] = on_off, "{on,off}"
+        elif t is bool:
             kw["action"] = argparse.BooleanOptionalAction
-        elif optional and f.default is not None and t in (int, float):
-            kw["type"], kw["help"] = number_or_off, f"{kw['help'] or ''}; a number or off".lstrip("; ")
+        elif optional and t in (int, float):
+            kw["type"] = number_or_off
+            if "off" not in (kw["help"] or ""):
+                kw["help"] = f"{kw['help'] or ''}; a number or off".lstrip("; ")
         else:
             kw["type"] = t
         if f.default is dataclasses.MISSING:
             kw["required"] = True
         else:
             kw["default"] = f.default
-            if f.default is not None and t is not bool:  # BooleanOptionalAction says its own
-                kw["help"] = f"{kw['help'] or ''} (default: %(default)s)".lstrip()
+            shown = (
+                "on"
+                if f.default is True
+                else "off"
+                if f.default is False or f.default is None
+                else "%(default)s"
+            )
+            said = f.default is not None or kw["type"] is number_or_off
+            if said and (t is not bool or switches):  # BooleanOptionalAction says its own
+                kw["help"] = f"{kw['help'] or ''} (default: {shown})".lstrip()
+        if f.name.endswith("_s") and t in (int, float):
+            kw["metavar"] = "S"
         kw.update(cli.get(f.name) or {})
-        p.add_argument("--" + f.name.replace("_", "-"), **kw)
+        names = ["--" + dest.replace("_", "-")] + ([aliases[f.name]] if aliases and f.name in aliases else [])
+        p.add_argument(*names, **kw)
 
 
-def config_from_flags(args: argparse.Namespace, cls: type, **given: object) -> Any:
-    """The config dataclass ``cls`` from the flags :func:`add_config_flags` made (lists as
-    tuples), and ``given``."""
-    flags = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
+def config_from_flags(args: argparse.Namespace, cls: type, *, prefix: str = "", **given: object) -> Any:
+    """The config dataclass ``cls`` from the flags :func:`add_config_flags` made with ``prefix``
+    (lists as tuples), and ``given``."""
+    dest = {f.name: (prefix + f.name).replace("-", "_") for f in dataclasses.fields(cls)}
+    flags = {name: getattr(args, d) for name, d in dest.items() if hasattr(args, d)}
     flags = {k: tuple(v) if isinstance(v, list) else v for k, v in flags.items()}
     return cls(**{**flags, **given})
+
+
+def flags_of(config: Any, *, prefix: str = "", switches: bool = False) -> list[str]:
+    """The flags that give every field of the config dataclass ``config`` its value, as
+    :func:`add_config_flags` made them (with the same ``prefix`` and ``switches``): a front end
+    written out in full stays what it was when the defaults change."""
+    out: list[str] = []
+    for f in dataclasses.fields(config):
+        value, flag = getattr(config, f.name), "--" + (prefix + f.name).replace("_", "-")
+        if isinstance(value, bool) and not switches:
+            out.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, bool):
+            out += [flag, "on" if value else "off"]
+        elif isinstance(value, tuple):
+            out += [flag, *map(str, value)]
+        else:
+            out += [flag, "off" if value is None else str(value)]
+    return out

@@ -462,15 +462,29 @@ class PunctModel(Encoder):
         d = Path(directory)
         self.save_config(d)
         state = {k: v.detach().to("cpu", torch.float32) for k, v in self.state_dict().items()}
-        pauses = {k: state.pop(k).contiguous() for k in list(state) if k.startswith("pause_fusion.")}
+        state = {k: v for k, v in state.items() if not k.startswith("pause_fusion.")}
         state = _quantize(state) if int8 else state
         save_file(
             {k: v if v.dtype == torch.int8 else v.to(dtype).contiguous() for k, v in state.items()},
             str(d / "model.safetensors"),
         )
-        (d / "pauses.safetensors").unlink(missing_ok=True)
-        if pauses:
-            save_file(pauses, str(d / "pauses.safetensors"))
+        self.save_pauses(d)
+
+    def save_pauses(self, directory: str | Path) -> None:
+        """``pauses.safetensors`` alone: the pause fusion (none: the file goes)."""
+        from safetensors.torch import save_file
+
+        path = Path(directory) / "pauses.safetensors"
+        path.unlink(missing_ok=True)
+        if self.pause_fusion is not None:
+            state = self.pause_fusion.state_dict()
+            save_file(
+                {
+                    f"pause_fusion.{k}": v.detach().to("cpu", torch.float32).contiguous()
+                    for k, v in state.items()
+                },
+                str(path),
+            )
 
     def save_config(self, directory: str | Path) -> None:
         """``config.json`` alone (the decision offsets change nothing else)."""

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, TypeAlias
 
 from .captions import Caption
 from .errors import InputError, StreamPunctError
+from .options import StreamOptions
 from .types import ENGINES, SAMPLE_RATE, PunctEvent, Word, check_lookahead
 
 __all__ = [
@@ -185,9 +186,9 @@ class Config(Message):
 
     type: ClassVar[str] = "config"
     OPTIONAL: ClassVar[tuple[str, ...]] = ("sample_rate",)
-    lookahead: int = 2
-    max_delay_ms: float | None = 1500.0
-    engine: str = "auto"
+    lookahead: int = StreamOptions.lookahead
+    max_delay_ms: float | None = StreamOptions.max_delay_ms
+    engine: str = StreamOptions.engine
     sample_rate: int | None = None
     version: int = VERSION
 

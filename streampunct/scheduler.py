@@ -220,6 +220,14 @@ class Batcher:
     async def finish(self, stream: PunctStream) -> list[PunctEvent]:
         return await self._submit(Job(stream, Finish()))
 
+    async def run(self, stream: PunctStream, call: Call) -> list[PunctEvent]:
+        """Any call, as ``stream.run(call)`` would run it: a push or a revision in slices."""
+        if isinstance(call, Push):
+            return await self.push(stream, call.words, call.now, call.tentative)
+        if isinstance(call, Revise):
+            return await self.revise(stream, call.index, call.words, call.now)
+        return await self._submit(Job(stream, call))
+
     async def close(self) -> None:
         """Finish the jobs already queued, then stop the worker."""
         if self._worker is not None:

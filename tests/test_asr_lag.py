@@ -28,6 +28,19 @@ from hypothesis import strategies as st
 
 from streampunct.asr import SAMPLE_RATE, Skip, StreamingRecognizer
 from streampunct.errors import StreamPunctError
+from streampunct.options import RecognizerOptions
+
+# The recogniser with none of the shipped front end's policies (a pass a second, LocalAgreement-2
+# alone, the 30 s encoder window): each test here turns on the one it checks.
+BARE = RecognizerOptions(
+    min_chunk_s=1.0, trim_after_s=12.0, end_of_speech_s=None, settle_after_s=None,
+    settle_unsure_after_s=None, encoder_pad_s=None, agree_after_s=None,
+)  # fmt: skip
+
+
+def bare(model, **options) -> StreamingRecognizer:
+    return StreamingRecognizer(model, BARE, **options)
+
 
 WORD_S, GAP_S = 0.4, 0.1  # word k is spoken from 0.5 k to 0.5 k + 0.4 s
 
@@ -74,7 +87,7 @@ def index(word) -> int:
 def simulate(pass_s: float, seconds: float, **options) -> tuple[StreamingRecognizer, list]:
     """A live stream of ``seconds`` sent in 0.25 s chunks at real time to a recogniser whose every
     pass takes ``pass_s`` of the simulated clock; returns the recogniser and the committed words."""
-    rec = StreamingRecognizer(ReadsTheSignal(), **options)
+    rec = bare(ReadsTheSignal(), **options)
     committed, clock, sent = [], 0.0, 0.0
     while sent < seconds:
         while sent < seconds and sent + 0.25 <= clock + 1e-9:  # the chunks that have arrived
@@ -111,7 +124,7 @@ def test_the_prompt_is_the_committed_text_before_the_buffer_or_nothing(prompt):
     """Whisper conditioned on its own earlier words copies their style: unpunctuated, it stops
     writing marks (docs/conversation.md), so the prompt can be turned off; the words stay the same."""
     model = RemembersPrompts()
-    rec = StreamingRecognizer(model, prompt=prompt)
+    rec = bare(model, prompt=prompt)
     committed = []
     for second in range(60):  # past 25 s of buffer it is trimmed, and trimmed words leave for the prompt
         rec.feed(speech(second, second + 1.0))
@@ -135,7 +148,7 @@ def test_committing_on_first_sight_loses_and_repeats_nothing(confident, min_chun
 
 
 def test_a_confident_word_is_committed_on_first_sight_when_its_audio_is_complete():
-    rec = StreamingRecognizer(ReadsTheSignal(), confident=0.8)  # the fake's words have probability 0.9
+    rec = bare(ReadsTheSignal(), confident=0.8)  # the fake's words have probability 0.9
     rec.feed(speech(0, 2.2))  # w0..w3 end at 0.4, 0.9, 1.4, 1.9; w4 is cut at 2.2
     hyp = rec.process()
     # a word is committed once its audio ends a margin (0.25 s) before the audio heard
@@ -144,7 +157,7 @@ def test_a_confident_word_is_committed_on_first_sight_when_its_audio_is_complete
     assert hyp.complete_until == pytest.approx(2.0)
     rec.feed(speech(2.2, 3.2))  # w4 now whole, w5 ends at 2.9, w6 is cut at 3.2
     assert [w.text for w in rec.process().committed] == ["w4", "w5"]  # agreed, then sure and complete
-    strict = StreamingRecognizer(ReadsTheSignal(), confident=0.95)
+    strict = bare(ReadsTheSignal(), confident=0.95)
     strict.feed(speech(0, 2.2))
     assert strict.process().committed == []  # not sure enough: LocalAgreement-2 waits for a second pass
 
@@ -166,8 +179,8 @@ class NeverAgrees(ReadsTheSignal):
 def test_a_word_the_passes_disagree_on_is_settled_once_enough_audio_follows_it():
     """LocalAgreement-2 alone waits until the stream ends; with ``settle_after_s`` a word is
     committed as the latest pass heard it once that much audio follows it, in order, once each."""
-    waits = StreamingRecognizer(NeverAgrees(), min_chunk_s=0.5)
-    settles = StreamingRecognizer(NeverAgrees(), min_chunk_s=0.5, settle_after_s=1.0)
+    waits = bare(NeverAgrees(), min_chunk_s=0.5)
+    settles = bare(NeverAgrees(), min_chunk_s=0.5, settle_after_s=1.0)
     committed = []
     for step in range(20):  # 10 s in half seconds; word k ends at 0.5 k + 0.4
         for rec in (waits, settles):
@@ -197,9 +210,7 @@ class UnsureOfOddWords(NeverAgrees):
 def test_an_unsure_word_settles_later_and_the_words_after_it_wait_for_it(unsure_after_s):
     """With ``settle_unsure_after_s`` a word under UNSURE_BELOW settles only once that much audio
     follows it (None: as a sure word), and no word is committed before the words ahead of it."""
-    rec = StreamingRecognizer(
-        UnsureOfOddWords(), min_chunk_s=0.5, settle_after_s=1.0, settle_unsure_after_s=unsure_after_s
-    )
+    rec = bare(UnsureOfOddWords(), min_chunk_s=0.5, settle_after_s=1.0, settle_unsure_after_s=unsure_after_s)
     after = [1.0 if k % 2 == 0 or unsure_after_s is None else unsure_after_s for k in range(20)]
     ready = np.maximum.accumulate([0.5 * k + 0.4 + a for k, a in enumerate(after)])  # in order
     committed = []
@@ -238,7 +249,7 @@ def test_an_agreed_word_is_held_until_context_s_follows_it_and_goes_out_as_resta
     after it, as that pass wrote it, so a mark written at the end of what was heard and taken back
     later is not committed (1.0 and 2.0 s: none of them; without the wait, some). Held words are
     shown with the provisional ones; nothing is lost or repeated."""
-    rec = StreamingRecognizer(MarksTheEnd(), min_chunk_s=0.5, settle_after_s=1.0, context_s=context_s)
+    rec = bare(MarksTheEnd(), min_chunk_s=0.5, settle_after_s=1.0, context_s=context_s)
     committed = []
     for step in range(20):
         rec.feed(speech(step / 2, step / 2 + 0.5))
@@ -266,7 +277,7 @@ def test_two_passes_agree_on_a_word_only_once_the_earlier_heard_audio_after_it(a
     LocalAgreement-2 commits the misreading. With ``agree_after_s`` the earlier pass must have
     heard that much audio after the word: the misreadings never agree, the right reading does,
     two passes later; nothing is lost or repeated."""
-    rec = StreamingRecognizer(MisreadsTheEdge(), min_chunk_s=0.5, agree_after_s=agree_after_s)
+    rec = bare(MisreadsTheEdge(), min_chunk_s=0.5, agree_after_s=agree_after_s)
     committed = []
     for step in range(20):  # word k ends 0.5 (step - k) + 0.1 s before the audio heard
         rec.feed(speech(step / 2, step / 2 + 0.5))
@@ -299,7 +310,7 @@ def test_the_buffer_is_trimmed_at_the_end_of_whispers_last_committed_sentence(ev
     """Past ``trim_after_s`` the buffer starts where a committed word Whisper wrote with a period
     ends; with no sentence end in it, only past ``max_buffer_s``, at the last committed word.
     Nothing is lost or repeated either way."""
-    rec = StreamingRecognizer(EndsSentences(every), min_chunk_s=0.5, trim_after_s=12.0, max_buffer_s=25.0)
+    rec = bare(EndsSentences(every), min_chunk_s=0.5, trim_after_s=12.0, max_buffer_s=25.0)
     committed, trims = [], []
     for step in range(160):
         rec.feed(speech(step / 2, step / 2 + 0.5))
@@ -325,7 +336,7 @@ def test_the_buffer_is_trimmed_at_the_end_of_whispers_last_committed_sentence(ev
 def test_with_the_punctuators_sentence_ends_whispers_periods_do_not_trim_the_buffer():
     """``sentence_ends="punctuator"``: only the ends the caller reports (streampunct's periods) trim
     the buffer past ``trim_after_s``; a bad value is refused."""
-    rec = StreamingRecognizer(EndsSentences(5), min_chunk_s=0.5, sentence_ends="punctuator")
+    rec = bare(EndsSentences(5), min_chunk_s=0.5, sentence_ends="punctuator")
     committed, reported = [], None
     for step in range(45):
         rec.feed(speech(step / 2, step / 2 + 0.5))
@@ -336,7 +347,7 @@ def test_with_the_punctuators_sentence_ends_whispers_periods_do_not_trim_the_buf
             rec.sentence_end(reported)
     assert rec.offset == pytest.approx(reported)
     with pytest.raises(StreamPunctError, match="sentence_ends"):
-        StreamingRecognizer(EndsSentences(5), sentence_ends="streampunct")
+        bare(EndsSentences(5), sentence_ends="streampunct")
 
 
 class Encodes(ReadsTheSignal):
@@ -357,7 +368,7 @@ class Encodes(ReadsTheSignal):
 
 def test_the_encoder_reads_the_buffer_and_its_pad_not_30_s():
     model = Encodes()
-    rec = StreamingRecognizer(model, min_chunk_s=1.0, encoder_pad_s=4.0)
+    rec = bare(model, min_chunk_s=1.0, encoder_pad_s=4.0)
     for second in range(14):
         rec.feed(speech(second, second + 1.0))
         rec.process()
@@ -366,7 +377,7 @@ def test_the_encoder_reads_the_buffer_and_its_pad_not_30_s():
     assert model.read[-1] == 1800
     assert "encode" not in vars(model)  # the model is as it was between passes
     full = Encodes()
-    plain = StreamingRecognizer(full, min_chunk_s=1.0)
+    plain = bare(full, min_chunk_s=1.0)
     plain.feed(speech(0, 3.0))
     plain.process()
     assert full.read == [3000]
@@ -376,7 +387,7 @@ def test_a_pass_writes_at_most_8_tokens_a_second_of_its_audio():
     """A looping hypothesis ("and so and so and so ...") stops there instead of at Whisper's 224
     tokens, so that its pass stays short."""
     model = RemembersPrompts()
-    rec = StreamingRecognizer(model, min_chunk_s=0.5)
+    rec = bare(model, min_chunk_s=0.5)
     for second in (0.0, 0.5, 1.0):
         rec.feed(speech(second, second + 0.5))
         rec.process()
@@ -384,7 +395,7 @@ def test_a_pass_writes_at_most_8_tokens_a_second_of_its_audio():
 
 
 def test_a_pass_reports_its_time_and_audio():
-    rec = StreamingRecognizer(ReadsTheSignal(), min_chunk_s=0.5)
+    rec = bare(ReadsTheSignal(), min_chunk_s=0.5)
     rec.feed(speech(0, 0.75))
     p = rec.process().pass_
     assert p is not None and p.new_s == pytest.approx(0.75) and p.buffer_s == pytest.approx(0.75)
@@ -415,7 +426,7 @@ def test_far_behind_skips_to_recent_audio_and_keeps_the_clock():
 
 
 def test_the_skip_in_numbers():
-    rec = StreamingRecognizer(ReadsTheSignal())  # no clock: all fed audio is due
+    rec = bare(ReadsTheSignal())  # no clock: all fed audio is due
     rec.feed(speech(0, 2))
     first = rec.process()
     assert first.committed == [] and [w.text for w in first.provisional] == ["w0", "w1", "w2", "w3"]
@@ -434,7 +445,7 @@ def test_the_skip_in_numbers():
 
 
 def test_catch_up_alone_needs_no_model():
-    rec = StreamingRecognizer(ReadsTheSignal())
+    rec = bare(ReadsTheSignal())
     rec.feed(speech(0, 2))
     rec.process()
     rec.feed(speech(2, 8))
@@ -448,7 +459,7 @@ def test_catch_up_alone_needs_no_model():
 
 
 def test_audio_ahead_of_real_time_is_not_late():
-    rec = StreamingRecognizer(ReadsTheSignal())
+    rec = bare(ReadsTheSignal())
     for t in np.arange(0, 30, 0.25):  # a file, sent as fast as possible: 30 s arrive at 100.0
         rec.feed(speech(t, t + 0.25), now=100.0)
     assert rec.lag(now=100.0) == 0.25  # real time has reached the first chunk only: no skip ...
@@ -464,7 +475,7 @@ def test_audio_ahead_of_real_time_is_not_late():
 def test_large_chunks_sent_ahead_are_not_late():
     """Issue 48: a file sent in 32 s chunks was due as a whole on arrival, and recognition
     skipped 30 s of it 3 s in. A chunk's audio beyond its first ``LIVE_CHUNK_S`` is sent ahead."""
-    rec = StreamingRecognizer(ReadsTheSignal())
+    rec = bare(ReadsTheSignal())
     rec.feed(speech(0, 32), now=100.0)
     rec.feed(speech(32, 64), now=100.1)
     assert rec.catch_up(now=103.0) is None and rec.lag(now=103.0) <= 5.0
@@ -473,7 +484,7 @@ def test_large_chunks_sent_ahead_are_not_late():
 
 
 def test_a_pause_moves_the_schedule_on():
-    rec = StreamingRecognizer(ReadsTheSignal())
+    rec = bare(ReadsTheSignal())
     rec.feed(speech(0, 2), now=2.0)
     rec.feed(speech(2, 3), now=20.0)  # the sender paused 17 s: audio from 3 s on is due from 20 s
     assert rec.lag(now=20.0) == pytest.approx(3.0) and rec.lag(now=30.0) == pytest.approx(3.0)
@@ -487,7 +498,7 @@ def test_no_skip_without_max_lag():
 
 def test_resume_must_be_shorter_than_the_lag():
     with pytest.raises(StreamPunctError, match="resume_s"):
-        StreamingRecognizer(None, max_lag_s=2.0, resume_s=2.0)
+        bare(None, max_lag_s=2.0, resume_s=2.0)
 
 
 @settings(max_examples=60, deadline=None)
@@ -583,7 +594,17 @@ def starved_server(log_path):
     try:
         with open(log_path, "w") as log:
             server = subprocess.Popen(
-                ["taskset", "-c", CORE, "nice", "-n", str(NICE), sys.executable, "-m", "server.app"]
+                [
+                    "taskset",
+                    "-c",
+                    CORE,
+                    "nice",
+                    "-n",
+                    str(NICE),
+                    sys.executable,
+                    "-m",
+                    "streampunct.server.app",
+                ]
                 + ["--port", "0", "--device", "cpu", "--preload-asr"],
                 stdout=subprocess.PIPE,
                 stderr=log,

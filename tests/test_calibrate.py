@@ -223,3 +223,51 @@ def test_a_malformed_label_bias_is_a_clear_error(tmp_path):
     (ckpt / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match="window_bias needs a row of 4 offsets"):
         Punctuator.load(ckpt, device="cpu")
+
+
+def _recorded_speech(text: str, seconds_a_word: float = 0.4) -> list[dict]:
+    """A recognised stream as the caption pipeline records it: the words of ``text`` with times
+    (a pause after each sentence), lower case, no marks, pushed three at a time, then the end."""
+    words, clock = [], 0.0
+    for token in text.split():
+        words.append(
+            {"text": token.strip(",.?").lower(), "start": round(clock, 3), "end": round(clock + 0.3, 3)}
+        )
+        clock += seconds_a_word + (0.6 if token[-1] in ".?" else 0.0)
+    calls = [
+        {"push": words[i : i + 3], "now": words[min(i + 2, len(words) - 1)]["end"], "tentative": []}
+        for i in range(0, len(words), 3)
+    ]
+    return [*calls, {"finish": True}]
+
+
+def test_calibrate_speech_tunes_the_pause_fusions_offsets_and_nothing_else(tmp_path, capsys):
+    """calibrate --speech: on recordings of recognised speech (their calls and references), the
+    fusion's offsets for the lookahead slots the streams decide with are tuned (micro-F1 over the
+    fused decisions no lower in sample), the report says what each recording left out of its own
+    tuning scores, and only pauses.safetensors and calibration.json change."""
+    from safetensors.torch import load_file
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(DEFAULT_CHECKPOINT, ckpt)
+    before = {name: (ckpt / name).read_bytes() for name in ("model.safetensors", "config.json")}
+    text = (
+        "so what did you do today? i went home. and then, well, i slept a lot. it rained, so we stayed in. "
+    )
+    cache = tmp_path / "speech"
+    cache.mkdir()
+    for n in range(3):
+        rec = {"text": text * (n + 2), "streaming": {"tiny.en": {"calls": _recorded_speech(text * (n + 2))}}}
+        (cache / f"r{n}.json").write_text(json.dumps(rec))
+    assert main(["calibrate", "--speech", str(cache), "--model", str(ckpt), "--device", "cpu"]) == 0
+    assert {name: (ckpt / name).read_bytes() for name in before} == before
+    report = json.loads((ckpt / "calibration.json").read_text())["speech"]
+    assert report["recordings"] == ["r0", "r1", "r2"] and report["lookahead"] == 2
+    assert report["slots"] == [0, 1, 2] and report["decisions"] >= 50
+    assert report["micro_f1_after"] >= report["micro_f1_before"]
+    assert 0 <= report["micro_f1_left_out"] <= 100
+    offsets = load_file(str(ckpt / "pauses.safetensors"))["pause_fusion.offsets"]
+    for slot in report["slots"]:
+        assert offsets[slot].tolist() == pytest.approx(report["offsets"][str(slot)], abs=1e-6)
+    shipped = load_file(str(DEFAULT_CHECKPOINT / "pauses.safetensors"))["pause_fusion.offsets"]
+    assert torch.equal(offsets[3:], shipped[3:])  # the slots no decision used stay

@@ -24,7 +24,7 @@ import jsonschema
 import pytest
 from websockets.sync.server import ServerConnection, serve
 
-from clients import file, words
+from streampunct.clients import file, words
 from tests.test_e2e import SENTENCES, needs_espeak, words_of
 from tests.test_server import WORDS, start_server, validate
 
@@ -198,7 +198,7 @@ def test_mic_client_keeps_the_captions(ending, tmp_path):
     out = tmp_path / "live"
     with failing_server(ending) as url:
         mic = subprocess.run(
-            [sys.executable, "-m", "clients.mic", "--url", url, "--out", str(out)],
+            [sys.executable, "-m", "streampunct.clients.mic", "--url", url, "--out", str(out)],
             capture_output=True,
             text=True,
             env=env,
@@ -227,7 +227,18 @@ def test_file_client_when_the_asr_server_is_killed(speech, tmp_path):
     server, url = start_server("--preload-asr")
     out = tmp_path / "talk"
     client = subprocess.Popen(
-        [sys.executable, "-m", "clients.file", str(speech), "--url", url, "--speed", "1", "--out", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "streampunct.clients.file",
+            str(speech),
+            "--url",
+            url,
+            "--speed",
+            "1",
+            "--out",
+            str(out),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -255,7 +266,7 @@ def test_file_client_when_the_asr_server_is_killed(speech, tmp_path):
 def test_words_client_when_the_punct_server_is_killed(tmp_path):
     server, url = start_server()
     client = subprocess.Popen(
-        [sys.executable, "-m", "clients.words", "--url", url],
+        [sys.executable, "-m", "streampunct.clients.words", "--url", url],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -29,3 +29,24 @@ def test_relative_links_resolve(page):
         if not path.exists():
             broken.append(target)
     assert not broken, broken
+
+
+def test_every_front_end_option_has_its_line_in_usage_with_its_default():
+    """A new option is one field in streampunct/options.py, its help line, and its row in
+    docs/usage.md: the row names its flag and its default as the dataclass has it."""
+    import dataclasses
+
+    from streampunct.options import FrontEndOptions, RecognizerOptions
+
+    usage = (ROOT / "docs" / "usage.md").read_text()
+    for cls, prefix in ((FrontEndOptions, ""), (RecognizerOptions, "asr-")):
+        for f in dataclasses.fields(cls):
+            shown = (
+                "on"
+                if f.default is True
+                else "off"
+                if f.default is False or f.default is None
+                else str(f.default)
+            )
+            flag = "--" + (prefix + f.name).replace("_", "-")
+            assert f"| `{flag}` | {shown} | {cls.HELP[f.name]} |" in usage, flag

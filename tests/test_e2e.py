@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
-from clients.file import load_audio, stream_file
 from streampunct import protocol as P
+from streampunct.clients.file import load_audio, stream_file
 from tests.browser import cdp_eval, cdp_screenshot, chromium, needs_chromium
+from tests.test_asr_lag import bare
 from tests.test_server import start_server, stop_server, validate
 
 SENTENCES = [
@@ -113,7 +114,7 @@ def ctrl_c_reaches_it() -> None:
 def test_mic_client_captions_live_speech(asr_server, speech, tmp_path):
     import numpy as np
 
-    from clients.mic import BRIGHT, DIM
+    from streampunct.clients.mic import BRIGHT, DIM
 
     audio = load_audio(str(speech))
     pcm = tmp_path / "speech.pcm"
@@ -125,7 +126,15 @@ def test_mic_client_captions_live_speech(asr_server, speech, tmp_path):
         "FAKE_MIC_PCM": str(pcm),
     }
     mic = subprocess.Popen(
-        [sys.executable, "-m", "clients.mic", "--url", asr_server, "--out", str(tmp_path / "live")],
+        [
+            sys.executable,
+            "-m",
+            "streampunct.clients.mic",
+            "--url",
+            asr_server,
+            "--out",
+            str(tmp_path / "live"),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -204,14 +213,14 @@ def test_browser_caption_page(asr_server, speech, tmp_path):
 def test_the_end_of_speech_commits_the_recognisers_guess(tmp_path):
     """After a sentence and a second of silence, one pass commits every word it heard (the VAD
     hears no speech after the last one), without waiting for a second agreeing hypothesis."""
-    from streampunct.asr import SAMPLE_RATE, StreamingRecognizer, load_whisper
+    from streampunct.asr import SAMPLE_RATE, load_whisper
 
     wav = tmp_path / "sentence.wav"
     subprocess.run(["espeak-ng", "-v", "en-us", "-s", "140", "-w", str(wav), SENTENCES[0]], check=True)
     audio = np.concatenate([load_audio(str(wav)), np.zeros(SAMPLE_RATE, dtype=np.float32)])
     model = load_whisper("tiny.en", "cpu")
-    waits = StreamingRecognizer(model, min_chunk_s=0.5)
-    ends = StreamingRecognizer(model, min_chunk_s=0.5, end_of_speech_s=0.4)
+    waits = bare(model, min_chunk_s=0.5)
+    ends = bare(model, min_chunk_s=0.5, end_of_speech_s=0.4)
     for rec in (waits, ends):
         rec.feed(audio)
     hyp = ends.process()
@@ -266,8 +275,8 @@ def streamed(rec, audio: np.ndarray) -> list:
 def test_a_shorter_encoder_window_hears_the_same_sentences(tmp_path):
     """With the server's ``encoder_pad_s`` Whisper's encoder reads the buffer and that much silence
     (at least 10 s) instead of 30 s: the same words, and the model is left as it was."""
-    from server.app import asr_options
-    from streampunct.asr import SAMPLE_RATE, StreamingRecognizer, load_whisper
+    from streampunct.asr import SAMPLE_RATE, load_whisper
+    from streampunct.options import RecognizerOptions
 
     wav = tmp_path / "talk.wav"
     text = " ".join(SENTENCES[:3])
@@ -275,9 +284,9 @@ def test_a_shorter_encoder_window_hears_the_same_sentences(tmp_path):
     audio = np.concatenate([load_audio(str(wav)), np.zeros(SAMPLE_RATE, dtype=np.float32)])
     model = load_whisper("tiny.en", "cpu")
     heard = {}
-    shipped = asr_options()["encoder_pad_s"]
+    shipped = RecognizerOptions().encoder_pad_s
     for pad in (None, shipped):
-        rec = StreamingRecognizer(model, min_chunk_s=0.5, encoder_pad_s=pad)
+        rec = bare(model, min_chunk_s=0.5, encoder_pad_s=pad)
         heard[pad] = words_of(" ".join(w.text for w in streamed(rec, audio)))
         assert "encode" not in vars(model)
     assert heard[shipped] == heard[None]
@@ -289,7 +298,7 @@ def test_unintelligible_speech_gives_the_same_words_every_run(tmp_path):
     """Speech played backwards passes the voice activity detector and makes Whisper guess. A pass
     decodes once and greedily, never again by sampling at a higher temperature (faster-whisper's
     fallback), so that two recognisers over the same audio commit the same words."""
-    from streampunct.asr import StreamingRecognizer, load_whisper
+    from streampunct.asr import load_whisper
 
     wav = tmp_path / "backwards.wav"
     subprocess.run(
@@ -299,7 +308,7 @@ def test_unintelligible_speech_gives_the_same_words_every_run(tmp_path):
     model = load_whisper("tiny.en", "cpu")
     heard = []
     for _ in range(2):
-        words = streamed(StreamingRecognizer(model, min_chunk_s=0.5), audio)
+        words = streamed(bare(model, min_chunk_s=0.5), audio)
         heard.append([(w.text, w.start, w.end) for w in words])
     assert heard[0], "Whisper guesses words in backwards speech"
     assert heard[1] == heard[0]

@@ -15,27 +15,22 @@ from benchmarks.e2e import (
     SAMPLE_RATE,
     SPEECH_SPLIT,
     STREAM_VERSION,
-    align,
     bootstrap,
-    compare,
     evaluate,
     evaluate_parallel,
     load_recordings,
-    metrics,
-    move_marks,
     quick,
     recognise,
-    reference,
     server_system,
     speech_names,
     summarise,
     systems_for,
     table,
     unit_tallies,
-    word_tokens,
     write_wav,
 )
 from streampunct import Punctuator
+from streampunct.scoring import align, compare, metrics, move_marks, reference, word_tokens
 from streampunct.types import Word
 
 
@@ -182,11 +177,17 @@ def test_scoring_in_worker_processes_gives_what_one_process_gives(tmp_path):
     text = "Yes, I saw it. Did you like it? We went on Sunday, and it rained all day."
     plain = "yes I saw it. did you like it we went on Sunday and it rained. all day".split()
     words = [{"text": w, "start": 0.4 * i, "end": 0.4 * i + 0.3} for i, w in enumerate(plain)]
-    batches = [
-        {"clock": 0.4 * i + 1.0, "words": words[i : i + 3], "tentative": words[i + 3 : i + 5]}
+    calls = [
+        {
+            "clock": 0.4 * i + 1.0,
+            "push": words[i : i + 3],
+            "now": 0.4 * i + 1.0,
+            "tentative": words[i + 3 : i + 5],
+        }
         for i in range(0, 12, 3)
     ]
-    asr = {"batches": batches, "final": {"clock": 7.0, "words": words[12:], "tentative": []}}
+    calls += [{"clock": 7.0, "tick": 7.0}, {"clock": 7.0, "push": words[12:], "now": 7.0, "tentative": []}]
+    asr = {"calls": [*calls, {"clock": 7.0, "finish": True}]}
     rec = {
         "name": "r",
         "set": "human",
@@ -247,19 +248,21 @@ def test_quick_mode_end_to_end(tmp_path):
 def test_record_streams_again_what_an_older_recogniser_streamed(tmp_path):
     """A cached stream made by the recogniser before its passes decoded once (no ``version``)
     is streamed again; one made by the current recogniser with the server's settings is kept."""
-    from server.app import asr_options
+    from benchmarks.e2e import front_end
+    from streampunct.options import FrontEndOptions, RecognizerOptions
 
     write_wav(tmp_path / "a.wav", np.zeros(2 * SAMPLE_RATE, dtype=np.float32))
-    kept = {"front_end": asr_options(), "batches": "kept", "final": {"words": []}}
-    for name, stream in (("old", {**kept, "batches": "old"}), ("new", {**kept, "version": STREAM_VERSION})):
+    kept = {"front_end": front_end(RecognizerOptions(), FrontEndOptions()), "calls": "kept"}
+    for name, stream in (("old", {**kept, "calls": "old"}), ("new", {**kept, "version": STREAM_VERSION})):
         rec = {"name": name, "wav": str(tmp_path / "a.wav"), "streaming": {"tiny.en": stream}, "offline": {}}
         (tmp_path / f"{name}.json").write_text(json.dumps(rec))
     recognise(tmp_path, force=False, offline_models=())
     old, new = (
         json.loads((tmp_path / f"{n}.json").read_text())["streaming"]["tiny.en"] for n in ("old", "new")
     )
-    assert old["version"] == STREAM_VERSION and isinstance(old["batches"], list)
-    assert new["batches"] == "kept"
+    assert old["version"] == STREAM_VERSION and isinstance(old["calls"], list)
+    assert old["calls"][-1] == {"clock": 2.0, "finish": True}
+    assert new["calls"] == "kept"
 
 
 def _timed(words: list[str]) -> list[dict]:
@@ -273,7 +276,7 @@ def test_the_words_streampunct_punctuates_can_be_the_offline_or_the_reference_wo
     text = "Yes, I saw it. Did you like it? We went on Sunday, and it rained all day."
     plain = "yes I saw it. did you like it we went on sunday and it rained. all day".split()
     offline = "Yes, I saw it. Did you like it? We went on Sunday and it rained all day.".split()
-    asr = {"batches": [], "final": {"clock": 7.0, "words": _timed(plain), "tentative": []}}
+    asr = {"calls": [{"push": _timed(plain), "now": 7.0, "tentative": []}, {"finish": True}]}
     rec = {"name": "r", "set": "human", "text": text, "seconds": 7.0}
     with_offline = {**rec, "streaming": {"tiny.en": asr}, "offline": {"tiny.en": {"words": _timed(offline)}}}
     without = {**rec, "name": "s", "streaming": {"tiny.en": asr}, "offline": {}}

@@ -8,10 +8,10 @@ import dataclasses
 
 import pytest
 
-from server.guard import Limits
 from streampunct.cli import build_parser, main
 from streampunct.flags import add_config_flags, config_from_flags
 from streampunct.pause_train import PauseTrainConfig
+from streampunct.server.guard import Limits
 from streampunct.tagger_train import TaggerTrainConfig
 from streampunct.train import TrainConfig
 

@@ -3,6 +3,7 @@ end (the shipped accuracy tables against emission delays measured with the shipp
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -64,16 +65,33 @@ def test_quick_mode_writes_both_panels(tmp_path):
 
 def test_each_named_front_end_sets_every_recogniser_setting():
     """A named front end stays what it was measured as when the server's defaults change: it gives
-    each of them (``today`` once took the 12 s pad and settling that came after it)."""
+    every setting (``today`` once took the 12 s pad and settling that came after it), and the
+    server reads its flags back as the options it was written from."""
     from benchmarks.caption_latency import FRONTENDS
-    from server.app import ASR_DEFAULTS
+    from streampunct.flags import config_from_flags
+    from streampunct.options import FrontEndOptions, RecognizerOptions
+    from streampunct.server.app import build_parser
 
+    fields = len(dataclasses.fields(RecognizerOptions)) + len(dataclasses.fields(FrontEndOptions))
     for name, flags in FRONTENDS.items():
+        args = build_parser().parse_args(flags.split())
+        options = (
+            config_from_flags(args, RecognizerOptions, prefix="asr_"),
+            config_from_flags(args, FrontEndOptions),
+        )
         if name == "default":  # the server's defaults, whatever they are
-            assert flags == ""
+            assert flags == "" and options == (RecognizerOptions(), FrontEndOptions())
             continue
         given = [f for f in flags.split() if f.startswith("--")]
-        assert len(given) == len(set(given)) == len(ASR_DEFAULTS), (name, given)
+        assert len(given) == len(set(given)) == fields, (name, given)
+    args = build_parser().parse_args(FRONTENDS["today"].split())
+    today = config_from_flags(args, RecognizerOptions, prefix="asr_")
+    assert (today.min_chunk_s, today.end_of_speech_s, today.prompt, today.encoder_pad_s) == (
+        1.0,
+        None,
+        True,
+        None,
+    )
 
 
 def test_tallies_count_each_error_in_the_unit_of_its_audio():

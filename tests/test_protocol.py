@@ -145,7 +145,7 @@ def test_a_message_the_client_cannot_read_is_a_protocol_error():
 
 def test_the_protocol_and_the_words_client_load_no_model_stack():
     code = (
-        "import sys, streampunct, streampunct.protocol, clients.words; "
+        "import sys, streampunct, streampunct.protocol, streampunct.clients.words; "
         "heavy = {'torch', 'numpy', 'tokenizers', 'faster_whisper'} & set(sys.modules); "
         "assert not heavy, heavy"
     )

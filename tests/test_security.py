@@ -255,7 +255,7 @@ def test_tls(tmp_path, shipped):
 def test_a_bad_certificate_is_one_line_at_start(tmp_path):
     bad = tmp_path / "cert.pem"
     bad.write_text("not a certificate")
-    command = [sys.executable, "-m", "server.app", "--port", "0", "--device", "cpu"]
+    command = [sys.executable, "-m", "streampunct.server.app", "--port", "0", "--device", "cpu"]
     done = subprocess.run(
         [*command, "--certfile", str(bad), "--keyfile", str(bad)], capture_output=True, text=True
     )
@@ -263,11 +263,14 @@ def test_a_bad_certificate_is_one_line_at_start(tmp_path):
 
 
 def test_a_beam_under_one_is_refused_at_start(capsys):
-    from server.app import main
+    from streampunct.server.app import main
 
     with pytest.raises(SystemExit) as stopped:
         main(["--asr-beam", "0"])
-    assert stopped.value.code == 2 and "--asr-beam must be 1 or more" in capsys.readouterr().err
+    assert stopped.value.code == 2 and "beam_size must be 1 or more, not 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stopped:
+        main(["--asr-min-chunk-s", "0"])
+    assert stopped.value.code == 2 and "min_chunk_s must be over 0, not 0.0" in capsys.readouterr().err
 
 
 # --- limits ------------------------------------------------------------------------------------
@@ -352,7 +355,7 @@ def test_ticks_and_bad_messages_do_not_keep_a_stream_alive(limited, shipped):
 def test_one_client_cannot_hold_every_slot():
     """Bound beyond loopback, a client address may hold STREAMS_PER_CLIENT streams at once by
     default (HTTP 429 beyond); one that closes frees its slot."""
-    from server.guard import STREAMS_PER_CLIENT
+    from streampunct.server.guard import STREAMS_PER_CLIENT
 
     proc, url = start_server("--host", "0.0.0.0")
     url = url.replace("0.0.0.0", "127.0.0.1")

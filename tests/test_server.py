@@ -34,7 +34,7 @@ def validate(msg: dict) -> None:
 def start_server(*args: str) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "server.app", "--port", "0", "--device", "cpu", *args],
+        [sys.executable, "-m", "streampunct.server.app", "--port", "0", "--device", "cpu", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -295,12 +295,12 @@ def test_stream_limit_and_graceful_shutdown(shipped):
 WITHOUT_MODELS = (
     "import runpy, sys; sys.modules.update(dict.fromkeys("
     "['torch', 'numpy', 'tokenizers', 'safetensors', 'faster_whisper', 'ctranslate2'])); "
-    "runpy.run_module('clients.words', run_name='__main__')"
+    "runpy.run_module('streampunct.clients.words', run_name='__main__')"
 )
 
 
 def words_client(url: str, tmp_path, lines: list[str]) -> subprocess.CompletedProcess:
-    """``clients/words.py`` without the models, on a file of these JSON lines."""
+    """``streampunct/clients/words.py`` without the models, on a file of these JSON lines."""
     f = tmp_path / "words.jsonl"
     f.write_text("\n".join(lines) + "\n")
     command = [sys.executable, "-c", WITHOUT_MODELS, "--url", url, str(f)]
@@ -390,7 +390,7 @@ def test_client_told_when_server_refuses(server, tmp_path):
     f = tmp_path / "w.jsonl"
     f.write_text('{"text": "hi"}\n')
     out = subprocess.run(
-        [sys.executable, "-m", "clients.words", "--url", server, "--lookahead", "99", str(f)],
+        [sys.executable, "-m", "streampunct.clients.words", "--url", server, "--lookahead", "99", str(f)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -415,7 +415,7 @@ def test_revisions_after_hundreds_of_words(server, shipped):
 def test_health_says_when_the_server_cannot_compute(tiny):
     """After a batch fails as a whole, /health probes the batcher: 503 "failing" while streams
     cannot be computed, "ok" again once they can."""
-    from server.app import App
+    from streampunct.server.app import App
     from tests.test_scheduler import broken_copy
 
     p = broken_copy(tiny)

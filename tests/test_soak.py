@@ -79,7 +79,7 @@ def test_punct_soak(server):
 
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
 def test_asr_soak(server, tmp_path):
-    from clients.file import load_audio
+    from streampunct.clients.file import load_audio
 
     words, labels = make_text(400, seed=1)
     wav, _ = make_speech(words, labels, minutes=0.25, cache=tmp_path, piece_words=30)

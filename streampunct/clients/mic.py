@@ -1,6 +1,6 @@
 """Live captions from the microphone, in the terminal.
 
-    python -m clients.mic [--url ws://127.0.0.1:8765] [--lookahead 2] [--out captions]
+    python -m streampunct.clients.mic [--url ws://127.0.0.1:8765] [--lookahead 2] [--out captions]
 
 Speak; the line being spoken shows each word in bright with its mark as soon as its punctuation is
 final, the recogniser's guess after them dim; finished caption lines scroll up. Ctrl-C ends the stream: the server finalises what was said, and
@@ -19,7 +19,9 @@ from typing import Any
 
 from websockets.exceptions import ConnectionClosed
 
-from clients.common import (
+from streampunct import protocol as P
+from streampunct.captions import Caption
+from streampunct.clients.common import (
     ClientError,
     SessionLost,
     add_stream_args,
@@ -31,8 +33,6 @@ from clients.common import (
     stream_config,
     write_subtitles,
 )
-from streampunct import protocol as P
-from streampunct.captions import Caption
 
 END_WAIT_S = 30.0  # after Ctrl-C, how long the server may take to send the last captions
 

@@ -20,6 +20,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
 from streampunct import protocol as P
 from streampunct.captions import Caption, to_srt, to_vtt
 from streampunct.errors import StreamPunctError
+from streampunct.flags import add_config_flags, config_from_flags
+from streampunct.options import StreamOptions
 from streampunct.types import ENGINES
 
 DEFAULT_URL = "ws://127.0.0.1:8765"
@@ -62,16 +64,7 @@ def add_stream_args(ap: argparse.ArgumentParser) -> None:
         default=os.environ.get("STREAMPUNCT_TOKEN"),
         help="the server's shared secret, if it has one (default: $STREAMPUNCT_TOKEN)",
     )
-    ap.add_argument("--lookahead", "-k", type=int, default=2, help="words of lookahead (default 2)")
-    ap.add_argument(
-        "--max-delay-ms", type=float, default=1500, help="time limit for a decision (default 1500)"
-    )
-    ap.add_argument(
-        "--engine",
-        choices=ENGINES,
-        default="auto",
-        help="masked (cheapest per word) or window (more accurate); auto: the model's choice per k (default)",
-    )
+    add_config_flags(ap, StreamOptions, aliases={"lookahead": "-k"}, engine={"choices": ENGINES})
     here = ap.add_argument_group("without --url (the models run in this process)")
     here.add_argument("--model", help="punctuation model: default, base, or a checkpoint folder")
     here.add_argument("--asr-model", help="tiny.en (default), base, or a CTranslate2 Whisper folder")
@@ -80,7 +73,8 @@ def add_stream_args(ap: argparse.ArgumentParser) -> None:
 
 def stream_config(args: argparse.Namespace) -> P.Config:
     """The config message from the command line (add_stream_args)."""
-    return P.Config(args.lookahead, args.max_delay_ms, args.engine)
+    o = config_from_flags(args, StreamOptions)
+    return P.Config(o.lookahead, o.max_delay_ms, o.engine)
 
 
 async def open_stream(
@@ -221,11 +215,11 @@ def keep_captions(lost: SessionLost, captions: list[Caption], prefix: str | None
 
 async def _with_server(main: Callable[[argparse.Namespace], Any], args: argparse.Namespace) -> Any:
     """Run the client against ``--url``, or without it against a server embedded in this process
-    (server.app.embedded: the same sessions as ``streampunct serve``, on a loopback port)."""
+    (streampunct.server.app.embedded: the same sessions as ``streampunct serve``, on a loopback port)."""
     if args.url is not None:
         return await main(args)
     try:
-        from server.app import embedded
+        from streampunct.server.app import embedded
     except ImportError as e:
         raise ClientError(
             f"no --url, and the models cannot run in this process ({e}): give a server's --url, or "

@@ -1,6 +1,6 @@
 """Caption an audio file through the server, at real-time speed or faster.
 
-    python -m clients.file talk.wav [--speed 1] [--url ws://127.0.0.1:8765] [--out talk]
+    python -m streampunct.clients.file talk.wav [--speed 1] [--url ws://127.0.0.1:8765] [--out talk]
 
 The file (WAV, FLAC, MP3: anything PyAV decodes) is resampled to 16 kHz mono and sent to /v1/asr
 in chunks, paced like live audio (``--speed 4`` sends four times faster, ``--speed 0`` as fast as
@@ -25,7 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from clients.common import (
+from streampunct import protocol as P
+from streampunct.captions import Caption
+from streampunct.clients.common import (
     ClientError,
     SessionLost,
     add_stream_args,
@@ -37,8 +39,6 @@ from clients.common import (
     stream_config,
     write_subtitles,
 )
-from streampunct import protocol as P
-from streampunct.captions import Caption
 
 CHUNK_S = 0.25
 

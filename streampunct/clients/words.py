@@ -1,6 +1,6 @@
 """The integration example: word hypotheses as JSON lines in, punctuated sentences out.
 
-    python -m clients.words [--url ws://127.0.0.1:8765] [--lookahead 2] [FILE]   (stdin by default)
+    python -m streampunct.clients.words [--url ws://127.0.0.1:8765] [--lookahead 2] [FILE]   (stdin by default)
 
 Each input line is one JSON object, as any recogniser can write it:
 
@@ -28,7 +28,9 @@ import sys
 from collections.abc import AsyncIterator
 from typing import IO, Any
 
-from clients.common import (
+from streampunct import protocol as P
+from streampunct.captions import Captioner
+from streampunct.clients.common import (
     ClientError,
     add_stream_args,
     messages,
@@ -37,8 +39,6 @@ from clients.common import (
     send_then_finish,
     stream_config,
 )
-from streampunct import protocol as P
-from streampunct.captions import Captioner
 from streampunct.types import PunctEvent
 
 

@@ -1,0 +1,267 @@
+"""The caption pipeline: audio in; words, punctuation and caption lines out. Sans-I/O.
+
+One :class:`CaptionPipeline` per audio stream holds the streaming recogniser, the pause clock, the
+sentence-end feedback and the captioner, and says which calls to run on the stream's
+:class:`~streampunct.stream.PunctStream`: it reads no socket and runs no punctuation itself, as
+whisper_streaming's ``OnlineASRProcessor`` is one object driven offline, on a simulated clock and
+live, and as websockets' protocol core is pumped by its I/O layers. Its drivers:
+
+- the server's ``/v1/asr`` session (``streampunct serve``, and the clients' embedded server): the
+  real clock, recognition passes in a worker thread, the calls through the batcher;
+- :func:`simulate`: a simulated clock (the audio fed so far; instant compute), the calls run at
+  once or recorded, for the speech benchmarks (``benchmarks/e2e.py``).
+
+A driver's loop::
+
+    for call in pipeline.feed(chunk, now):  # queue audio; in a pause, move the clock
+        captions += pipeline.punctuated(stream.run(call), call)
+    while pipeline.ready():  # between passes only
+        heard = pipeline.heard(pipeline.recognise(now))  # recognise() blocks: a worker thread
+        for call in heard.calls: ...  # as above
+    heard = pipeline.finish()  # blocks; its calls end with Finish: every word final
+
+The pause clock (``FrontEndOptions.pause_clock``): once a pass has committed every word it heard
+(no provisional word) and no speech was heard since, the stream is *quiet*; while quiet, each
+silent chunk moves the punctuation stream's clock on to its end (a ``Tick``), so time limits fire
+in a pause, and a chunk with speech ends the quiet. The sentence-end feedback (recogniser option
+``sentence_ends="punctuator"``): a final PERIOD or QUESTION tells the recogniser where a sentence
+ended, which trims its buffer there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .asr import Hypothesis, Skip, StreamingRecognizer, is_silence
+from .captions import Caption, Captioner
+from .options import FrontEndOptions
+from .stream import Call, Finish, Push, Tick
+from .text import without_mark
+from .types import SAMPLE_RATE, PunctEvent, Word
+
+__all__ = [
+    "CaptionPipeline",
+    "Heard",
+    "Simulated",
+    "simulate",
+    "call_to_json",
+    "calls_from_json",
+    "recorded_words",
+]
+
+
+@dataclass(frozen=True)
+class Heard:
+    """What a recognition pass (or a catch-up, or the end of the audio) gives the driver: the
+    recogniser's words to show (``first``: the first committed word's index in the stream), the
+    audio skipped to catch up, and the calls to run on the punctuation stream, in order."""
+
+    first: int
+    committed: tuple[Word, ...]
+    provisional: tuple[Word, ...]
+    skipped: Skip | None
+    calls: tuple[Call, ...]
+    hypothesis: Hypothesis | None = None  # the pass's own report (None: the end of the audio)
+
+
+class CaptionPipeline:
+    """One audio stream's caption pipeline (module docstring). ``feed()`` may run while a pass
+    does; every other method runs between passes."""
+
+    def __init__(
+        self,
+        recognizer: StreamingRecognizer,
+        options: FrontEndOptions | None = None,
+        captioner: Captioner | None = None,
+    ):
+        self.recognizer = recognizer
+        self.options = options or FrontEndOptions()
+        self.captioner = captioner or Captioner()
+        self.inbox: list[tuple[np.ndarray, float | None]] = []  # audio not handed over yet, with its arrival
+        self.inbox_samples = 0
+        self.received = 0  # samples received: the stream time of the audio's end
+        # Stream time up to which no word waits uncommitted (None: speech may wait): see the pause clock.
+        self.quiet_until: float | None = None
+        self.words = 0  # committed words so far
+        self.ends: dict[int, float] = {}  # end times of words not final yet (sentence-end feedback)
+
+    @property
+    def waiting(self) -> int:
+        """Samples received and not recognised yet."""
+        return self.inbox_samples + self.recognizer.unprocessed
+
+    def feed(self, audio: np.ndarray, now: float | None = None) -> list[Call]:
+        """Take a chunk (16 kHz mono float32) that arrived at ``now`` (the driver's clock); the
+        calls it makes: while quiet, a silent chunk moves the clock (a ``Tick``)."""
+        self.inbox.append((audio, now))
+        self.inbox_samples += len(audio)
+        self.received += len(audio)
+        if self.quiet_until is None:
+            return []
+        if len(audio) and is_silence(audio):
+            return [self._quiet()]
+        self.quiet_until = None
+        return []
+
+    def ready(self) -> bool:
+        """Hand the audio received to the recogniser; whether enough waits for a pass."""
+        for audio, arrived in self.inbox:
+            self.recognizer.feed(audio, now=arrived)
+        self.inbox.clear()
+        self.inbox_samples = 0
+        return self.recognizer.ready()
+
+    def catch_up(self, now: float | None = None) -> Heard | None:
+        """Behind real time: the words committed and the skip, at once (no model; see
+        :meth:`StreamingRecognizer.catch_up`); None when not behind."""
+        hyp = self.recognizer.catch_up(now)
+        return None if hyp is None else self.heard(hyp)
+
+    def recognise(self, now: float | None = None) -> Hypothesis:
+        """One recognition pass (blocks: a server runs it in a worker thread)."""
+        return self.recognizer.process(now=now)
+
+    def heard(self, hyp: Hypothesis) -> Heard:
+        """What a pass found: its committed words pushed (its provisional words as lookahead, the
+        clock at the first of them); quiet if it left no word provisional and none was said since."""
+        first = self.words
+        calls: list[Call] = [self._push(hyp.committed, hyp.provisional, hyp.complete_until)]
+        self.quiet_until = None
+        if hyp.pass_ is not None and not hyp.provisional and self.options.pause_clock:
+            since = self.recognizer.waiting + [a for a, _ in self.inbox]
+            heard = np.concatenate(since) if since else np.zeros(0, dtype=np.float32)
+            if not len(heard) or is_silence(heard):
+                calls.append(self._quiet())
+        return Heard(first, tuple(hyp.committed), tuple(hyp.provisional), hyp.skipped, tuple(calls), hyp)
+
+    def finish(self) -> Heard:
+        """The end of the audio (blocks): the rest recognised and committed, every word final."""
+        self.ready()
+        first, rest = self.words, self.recognizer.finish()
+        return Heard(first, tuple(rest), (), None, (self._push(rest, [], None), Finish()))
+
+    def punctuated(self, events: Sequence[PunctEvent], call: Call) -> list[Caption]:
+        """The stream's events for ``call``: the caption lines they close (all the rest after
+        ``Finish``), and the sentence ends for the recogniser."""
+        for e in events:
+            end = self.ends.pop(e.index, None) if e.final else None
+            if end is not None and e.label in ("PERIOD", "QUESTION"):
+                self.recognizer.sentence_end(end)
+        return self.captioner.add(events) + (self.captioner.flush() if isinstance(call, Finish) else [])
+
+    def _push(self, committed: Sequence[Word], provisional: Sequence[Word], now: float | None) -> Push:
+        self.captioner.add_words(self.words, committed)
+        if self.recognizer.sentence_ends == "punctuator":
+            for i, w in enumerate(committed):
+                self.ends[self.words + i] = w.end or 0.0
+        self.words += len(committed)
+        guess = tuple(provisional) if self.options.provisional_lookahead else ()
+        clock = self.recognizer.processed_until if now is None else now
+        return Push(tuple(committed), clock, guess)
+
+    def _quiet(self) -> Tick:
+        """No word waits uncommitted up to the audio received: the clock moves there."""
+        self.quiet_until = self.received / SAMPLE_RATE
+        return Tick(self.quiet_until)
+
+
+@dataclass
+class Simulated:
+    """A run of :func:`simulate`: every call with the simulated clock it was made at, the words
+    and the skips, and the caption lines."""
+
+    calls: list[tuple[float, Call]]
+    heard: list[Heard]
+    captions: list[Caption]
+
+    @property
+    def words(self) -> list[Word]:
+        return [w for h in self.heard for w in h.committed]
+
+
+def simulate(
+    pipeline: CaptionPipeline,
+    audio: np.ndarray,
+    chunk_s: float,
+    run: Callable[[Call], Sequence[PunctEvent]] = lambda call: (),
+) -> Simulated:
+    """``audio`` through ``pipeline`` in ``chunk_s`` chunks on a simulated clock (the audio fed
+    so far: real-time speed with instant compute; deterministic, nothing sleeps): a pass whenever
+    the recogniser is ready, as the server's session runs one. ``run`` runs each call on a
+    punctuation stream (``stream.run``) and gives its events; by default the calls are only kept."""
+    out = Simulated([], [], [])
+
+    def do(calls: Sequence[Call], clock: float) -> None:
+        for call in calls:
+            out.calls.append((clock, call))
+            out.captions += pipeline.punctuated(run(call), call)
+
+    step = max(1, int(chunk_s * SAMPLE_RATE))
+    for start in range(0, len(audio), step):
+        chunk = audio[start : start + step]
+        clock = (start + len(chunk)) / SAMPLE_RATE
+        do(pipeline.feed(chunk, clock), clock)
+        for heard in _passes(pipeline, clock):
+            out.heard.append(heard)
+            do(heard.calls, clock)
+    heard = pipeline.finish()
+    out.heard.append(heard)
+    do(heard.calls, len(audio) / SAMPLE_RATE)
+    return out
+
+
+def _passes(pipeline: CaptionPipeline, now: float) -> Iterator[Heard]:
+    while pipeline.ready():
+        yield pipeline.heard(pipeline.recognise(now))
+
+
+# --- a run, recorded ---------------------------------------------------------------------------
+# The speech benchmarks record a simulated run's calls once (the recogniser is what costs) and run
+# them through the stream of each model they score (benchmarks/e2e.py; streampunct calibrate --speech).
+
+
+def _words_json(words: Sequence[str | Word]) -> list[dict[str, Any]]:
+    return [
+        {"text": w.text, "start": w.start and round(w.start, 3), "end": w.end and round(w.end, 3)}
+        for w in words
+        if isinstance(w, Word)
+    ]
+
+
+def call_to_json(call: Call, clock: float | None = None) -> dict[str, Any]:
+    """One call of the pipeline as JSON (push: its words, clock and provisional words; tick;
+    finish), with the driver's clock when it was made."""
+    out: dict[str, Any] = {} if clock is None else {"clock": round(clock, 3)}
+    if isinstance(call, Push):
+        now = None if call.now is None else round(call.now, 3)
+        return {**out, "push": _words_json(call.words), "now": now, "tentative": _words_json(call.tentative)}
+    if isinstance(call, Tick):
+        return {**out, "tick": round(call.now, 3)}
+    return {**out, "finish": True}
+
+
+def recorded_words(words: Sequence[dict[str, Any]], marks: bool = True) -> list[Word]:
+    """Recorded words; without ``marks``, their own marks taken off (as from a recogniser that
+    writes none)."""
+    return [Word(w["text"] if marks else without_mark(w["text"]), w["start"], w["end"]) for w in words]
+
+
+def calls_from_json(
+    records: Sequence[dict[str, Any]], marks: bool = True, tentative: bool = True
+) -> list[Call]:
+    """The calls :func:`call_to_json` recorded; without ``marks`` the recogniser's marks taken off
+    the words, without ``tentative`` no provisional words."""
+    out: list[Call] = []
+    for c in records:
+        if "push" in c:
+            guess = recorded_words(c["tentative"], marks) if tentative else []
+            out.append(Push(tuple(recorded_words(c["push"], marks)), c["now"], tuple(guess)))
+        elif "tick" in c:
+            out.append(Tick(c["tick"]))
+        else:
+            out.append(Finish())
+    return out

@@ -1,0 +1,465 @@
+"""``streampunct serve``: the websocket server. It only drives the sans-I/O cores.
+
+- ``/v1/punct``: word hypotheses from any recogniser in, punctuation events out.
+- ``/v1/asr``: 16 kHz PCM16 audio in; recognised words, punctuation events and caption lines out.
+- ``/health``: plain HTTP, JSON status. ``/``: the browser caption page.
+
+Per-connection state lives in one session object per connection; all punctuation work goes through
+one :class:`~streampunct.scheduler.Batcher` (many streams, one forward pass), and speech
+recognition through one worker thread. A bad message gets an ``error`` message and changes
+nothing; an unexpected fault closes that connection alone (1011). On SIGINT or SIGTERM the server
+stops accepting streams, finishes the open ones (every word final, ``end`` sent), then exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import itertools
+import json
+import logging
+import math
+import os
+import secrets
+import signal
+import ssl
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import urlparse
+
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+from streampunct import Punctuator, StreamPunctError
+from streampunct import protocol as P
+from streampunct.flags import add_config_flags, config_from_flags, number_or_off
+from streampunct.options import FrontEndOptions, RecognizerOptions
+from streampunct.scheduler import LOAD_WINDOW_S, Batcher, Load
+from streampunct.server.guard import LOOPBACK_HOSTS, STREAMS_PER_CLIENT, Access, Limits, is_loopback
+from streampunct.server.sessions import AsrSession, PunctSession, Session, log, log_event
+from streampunct.server.web import json_response, page_response
+
+# the recogniser's flags: --asr-NAME for each RecognizerOptions field; these three spelt as before
+ASR_ALIASES = {"min_chunk_s": "--asr-chunk-s", "max_buffer_s": "--asr-buffer-s", "beam_size": "--asr-beam"}
+
+
+class JsonFormatter(logging.Formatter):
+    """Structured logs: one JSON object a line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "event": record.getMessage(),
+        }
+        entry.update(getattr(record, "fields", {}))
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+class App:
+    def __init__(
+        self,
+        punctuator: Punctuator,
+        *,
+        access: Access | None = None,
+        limits: Limits | None = None,
+        secure: bool = False,
+        asr_model: str | None = None,
+        asr_device: str = "auto",
+        recognizer_options: RecognizerOptions | None = None,
+        front_end: FrontEndOptions | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.punctuator = punctuator
+        self.access = access or Access()
+        self.limits = limits or Limits()
+        self.secure = secure  # TLS: the page's own origin is https://
+        self.asr_model_name = asr_model
+        self.asr_device = asr_device
+        self.recognizer_options = recognizer_options or RecognizerOptions()
+        self.front_end = front_end or FrontEndOptions()
+        self.clock = clock  # the audio's arrival and the passes' start, for the recogniser's lag
+        self.batcher = Batcher()
+        self.asr_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr")
+        self.asr_load = Load()  # the recognition worker's, in audio seconds
+        self._whisper: Any = None
+        self._whisper_lock = asyncio.Lock()
+        self.active = 0
+        self.streams_of: Counter[str | None] = Counter()  # open streams by client address
+        self.sessions: dict[str, Session] = {}  # the open ones, by id
+        self.stopped_at = math.inf  # when SIGTERM (or SIGINT) came
+        self.stopping = asyncio.Event()
+        self._ids = itertools.count(1)
+        self.url = ""  # where it listens, once it does
+
+    async def whisper(self) -> Any:
+        async with self._whisper_lock:
+            if self._whisper is None:
+                from streampunct.asr import load_whisper
+
+                loop = asyncio.get_running_loop()
+                t0 = time.perf_counter()
+                self._whisper = await loop.run_in_executor(
+                    self.asr_executor, load_whisper, self.asr_model_name, self.asr_device
+                )
+                log_event(
+                    logging.INFO,
+                    "asr_model_loaded",
+                    model=self.asr_model_name or "tiny.en",
+                    seconds=round(time.perf_counter() - t0, 2),
+                )
+        return self._whisper
+
+    # --- HTTP ------------------------------------------------------------------------------
+
+    async def health(self) -> Response:
+        """``ok``, ``stopping``, or ``failing`` (HTTP 503): after a batch of streams failed as a
+        whole (e.g. out of memory), a probe stream must get through the batcher again."""
+        body: dict[str, Any] = {"status": "ok", "streams": self.active, "protocol": P.VERSION}
+        # how busy each worker is and what it gets done (what a load balancer weighs; new streams
+        # are refused past --max-load): the share of the last 5 s it computed, and units a second
+        # of computing (None until it has computed)
+        for name, load in (("punctuation", self.batcher.load), ("recognition", self.asr_load)):
+            capacity = load.capacity()
+            body[name] = {"load": round(load.busy(), 3), "capacity": capacity and round(capacity, 1)}
+        if self.stopping.is_set():
+            body["status"] = "stopping"
+        elif self.batcher.faults:
+            try:
+                probe = self.punctuator.stream(lookahead=1)
+                await asyncio.wait_for(self.batcher.push(probe, ["is", "it", "working"]), 10)
+                await asyncio.wait_for(self.batcher.finish(probe), 10)
+            except Exception as e:
+                body.update(status="failing", error=self.batcher.last_fault or f"{type(e).__name__}: {e}")
+                return json_response(HTTPStatus.SERVICE_UNAVAILABLE, body)
+        return json_response(HTTPStatus.OK, body)
+
+    async def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        path = urlparse(request.path).path
+        stream = path in ("/v1/punct", "/v1/asr")
+        refusal = self.access.refuse(request, self.secure, connection.local_address[1], stream)
+        if refusal is not None:
+            log_event(
+                logging.WARNING,
+                "refused",
+                code=refusal.code,
+                host=", ".join(request.headers.get_all("Host"))[:100],
+                origin=", ".join(request.headers.get_all("Origin"))[:100],
+            )
+            response = json_response(refusal.status, P.Error(refusal.code, refusal.message))
+            if refusal.status == HTTPStatus.UNAUTHORIZED:
+                response.headers["WWW-Authenticate"] = 'Bearer realm="streampunct"'
+            return response
+        if path == "/health":
+            return await self.health()
+        if path in ("/", "/index.html"):
+            return page_response()
+        if not stream:
+            return json_response(
+                HTTPStatus.NOT_FOUND,
+                P.Error("not_found", f"no endpoint {path}; try /v1/punct, /v1/asr or /health"),
+            )
+        if self.stopping.is_set():
+            return json_response(
+                HTTPStatus.SERVICE_UNAVAILABLE, P.Error("shutting_down", "the server is shutting down")
+            )
+        if self.active >= self.limits.max_streams:
+            return json_response(
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                P.Error(
+                    "too_many_streams", f"the server is at its limit of {self.limits.max_streams} streams"
+                ),
+            )
+        if (full := self.client_full(_peer(connection))) is not None:
+            return json_response(HTTPStatus.TOO_MANY_REQUESTS, full)
+        if (busy := self.busy(path)) is not None:
+            response = json_response(HTTPStatus.SERVICE_UNAVAILABLE, busy)
+            response.headers["Retry-After"] = str(math.ceil(LOAD_WINDOW_S))
+            return response
+        return None
+
+    def busy(self, path: str) -> P.Error | None:
+        """Why the server takes no new stream on ``path`` now (its worker is past ``max_load``), or
+        None: a new stream would slow every open one past its bounds."""
+        most = self.limits.max_load
+        loads = [("punctuation", self.batcher.load, "words")]
+        if path == "/v1/asr":
+            loads.append(("speech recognition", self.asr_load, "audio seconds"))
+        for what, load, unit in loads:
+            if most is not None and (busy := load.busy()) >= most:
+                capacity = load.capacity()
+                about = f" (about {capacity:.0f} {unit} a second)" if capacity else ""
+                log_event(logging.WARNING, "busy", worker=what, load=round(busy, 3), capacity=capacity)
+                message = f"the server's {what} is at {busy:.0%} of its capacity{about}: try again later"
+                return P.Error("busy", message)
+        return None
+
+    def client_full(self, peer: str | None) -> P.Error | None:
+        """Why a client address may open no more streams (it holds its limit), or None."""
+        most = self.limits.max_streams_per_client
+        if most is None or self.streams_of[peer] < most:
+            return None
+        message = f"a client may hold {most:g} streams at once: close one first"
+        return P.Error("too_many_client_streams", message)
+
+    # --- websockets ------------------------------------------------------------------------
+
+    async def handler(self, connection: ServerConnection) -> None:
+        path = urlparse(connection.request.path).path if connection.request else ""
+        session_id = f"{next(self._ids):06d}"
+        peer = _peer(connection)
+        if (full := self.client_full(peer)) is not None:  # its handshakes passed process_request together
+            await connection.send(full.to_json())
+            await connection.close(1013, "too many streams")
+            return
+        self.active += 1
+        if self.active > self.limits.max_streams:  # handshakes that passed process_request together
+            self.active -= 1
+            message = f"the server is at its limit of {self.limits.max_streams} streams"
+            await connection.send(P.Error("too_many_streams", message).to_json())
+            await connection.close(1013, "too many streams")
+            return
+        self.streams_of[peer] += 1
+        log_event(logging.INFO, "connect", session=session_id, path=path, peer=peer)
+        session: Session = (
+            PunctSession(self, connection, session_id)
+            if path == "/v1/punct"
+            else AsrSession(self, connection, session_id)
+        )
+        self.sessions[session_id] = session
+        try:
+            await session.run()
+        except ConnectionClosed as e:
+            log_event(
+                logging.INFO, "connection_closed", session=session_id, code=e.rcvd.code if e.rcvd else None
+            )
+        except Exception:
+            stopped = session.stream.n_final if session.stream is not None else None
+            log.exception("session_failed", extra={"fields": {"session": session_id, "word": stopped}})
+            try:
+                message = "the server failed on this stream; it is closed"
+                if stopped is not None:
+                    message += f" (words before {stopped} are final)"
+                await connection.send(P.Error("internal", message, stopped).to_json())
+                await connection.close(1011, "internal error")
+            except ConnectionClosed:
+                pass
+        finally:
+            del self.sessions[session_id]
+            self.active -= 1
+            self.streams_of[peer] -= 1
+            if not self.streams_of[peer]:
+                del self.streams_of[peer]
+            log_event(logging.INFO, "disconnect", session=session_id, words=session.words_in)
+
+
+def _peer(connection: ServerConnection) -> str | None:
+    """The client's address."""
+    return connection.remote_address[0] if connection.remote_address else None
+
+
+async def run_server(
+    app: App,
+    host: str,
+    port: int,
+    ready: asyncio.Event | None = None,
+    tls: ssl.SSLContext | None = None,
+    standalone: bool = True,
+) -> None:
+    """Serve until ``app.stopping`` is set, then finish the open streams. ``standalone``: the
+    server is the process (it says where it listens on stdout, and SIGINT or SIGTERM stop it);
+    else it is embedded in a client's event loop (:func:`embedded`)."""
+    async with serve(
+        app.handler,
+        host,
+        port,
+        process_request=app.process_request,
+        max_size=2**20,
+        max_queue=32,
+        ping_interval=20,
+        server_header="streampunct",  # no versions
+        ssl=tls,
+    ) as server:
+        actual = server.sockets[0].getsockname()[1] if server.sockets else port
+        app.url = f"{'wss' if tls else 'ws'}://{host}:{actual}"
+        log_event(
+            logging.INFO,
+            "listening",
+            url=app.url,
+            streams=app.limits.max_streams,
+            token=app.access.token is not None,
+        )
+        if standalone:  # the signals are handled before anyone is told where to connect
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, app.stopping.set)
+            print(f"streampunct serving on {app.url}", flush=True)
+        if ready is not None:
+            ready.set()
+        await app.stopping.wait()
+        app.stopped_at = time.monotonic()
+        log_event(logging.INFO, "shutting_down", streams=app.active)
+        # Sessions take what their clients sent (a grace period at most), finish their streams
+        # and close themselves (another at most: recognising the audio that waits, say).
+        while app.active and time.monotonic() < app.stopped_at + 2 * app.limits.shutdown_grace_s:
+            await asyncio.sleep(0.1)
+        if app.active:
+            log_event(logging.WARNING, "grace_period_over", streams=app.active)
+        server.close()
+        await server.wait_closed()
+    await app.batcher.close()
+    app.asr_executor.shutdown(wait=True)
+    log_event(logging.INFO, "stopped")
+
+
+@contextlib.asynccontextmanager
+async def embedded(
+    model: str | None = None, asr_model: str | None = None, device: str = "auto"
+) -> AsyncIterator[tuple[str, str]]:
+    """A server in this event loop, on a free loopback port with a random token, for the clients
+    run without ``--url``: the same sessions as ``streampunct serve``, with its defaults. Yields
+    its URL and token; stops it (every stream finished) on leaving."""
+    punctuator = await asyncio.to_thread(lambda: Punctuator.load(model, device=device).prepare())
+    token = secrets.token_urlsafe(16)
+    app = App(
+        punctuator,
+        access=Access(token),
+        asr_model=asr_model,
+        asr_device=device,
+    )
+    ready = asyncio.Event()
+    server = asyncio.create_task(run_server(app, "127.0.0.1", 0, ready, standalone=False))
+    waiting = asyncio.create_task(ready.wait())
+    await asyncio.wait({server, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    if server.done():  # it failed to start: say why
+        waiting.cancel()
+        server.result()
+    try:
+        yield app.url, token
+    finally:
+        app.stopping.set()
+        await server
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="streampunct serve", description="Run the streampunct websocket server."
+    )
+    ap.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
+    )
+    ap.add_argument("--port", type=int, default=8765, help="port (0: any free port)")
+    ap.add_argument("--model", help="punctuation model: default, base (shipped) or a checkpoint folder")
+    ap.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda if present)")
+    ap.add_argument("--asr-model", help="tiny.en (default), base, or a CTranslate2 Whisper folder")
+    ap.add_argument(
+        "--preload-asr",
+        action="store_true",
+        help="load the speech model at start, not at the first /v1/asr stream",
+    )
+    add_config_flags(ap.add_argument_group("caption pipeline (/v1/asr)"), FrontEndOptions, switches=True)
+    recogniser = ap.add_argument_group("speech recogniser (/v1/asr; docs/latency.md measures them)")
+    add_config_flags(recogniser, RecognizerOptions, prefix="asr-", switches=True, aliases=ASR_ALIASES)
+    security = ap.add_argument_group("access (docs/protocol.md, Security)")
+    security.add_argument(
+        "--token",
+        default=os.environ.get("STREAMPUNCT_TOKEN"),
+        help="a shared secret every stream must present: `Authorization: Bearer TOKEN`, or ?token=TOKEN "
+        "from a browser (default: $STREAMPUNCT_TOKEN; unset: no token)",
+    )
+    security.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="a web origin (https://example.org) whose pages may open streams, besides this server's "
+        "own page; repeatable; * allows any (default: only the server's own page)",
+    )
+    security.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name clients reach this server by (its Host header), besides the --host address and "
+        f"{', '.join(LOOPBACK_HOSTS)}; repeatable; any other is refused (DNS rebinding)",
+    )
+    security.add_argument("--certfile", help="TLS certificate chain (PEM): serve wss:// and https://")
+    security.add_argument("--keyfile", help="TLS private key (PEM), with --certfile")
+    per_client = {"type": number_or_off, "default": argparse.SUPPRESS}  # absent: by --host
+    limits = ap.add_argument_group("limits (docs/protocol.md, Security)")
+    add_config_flags(limits, Limits, max_streams_per_client=per_client)
+    ap.add_argument("--log-level", default="info")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if bool(args.certfile) != bool(args.keyfile):
+        ap.error("--certfile and --keyfile go together")
+    try:
+        recognizer_options = config_from_flags(args, RecognizerOptions, prefix="asr_")
+    except StreamPunctError as e:
+        ap.error(str(e))
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
+    logging.getLogger("faster_whisper").setLevel(logging.WARNING)
+    try:
+        punctuator = Punctuator.load(args.model, device=args.device).prepare()  # fails here, not in a stream
+        tls = None
+        if args.certfile:
+            tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            tls.load_cert_chain(args.certfile, args.keyfile)
+        access = Access(
+            args.token or None, tuple(args.allow_origin), (*LOOPBACK_HOSTS, args.host, *args.allow_host)
+        )
+        limits = config_from_flags(args, Limits)
+        if "max_streams_per_client" not in args and not is_loopback(args.host):
+            limits = dataclasses.replace(limits, max_streams_per_client=STREAMS_PER_CLIENT)
+        app = App(
+            punctuator,
+            access=access,
+            limits=limits,
+            secure=tls is not None,
+            asr_model=args.asr_model,
+            asr_device=args.device,
+            recognizer_options=recognizer_options,
+            front_end=config_from_flags(args, FrontEndOptions),
+        )
+
+        async def start() -> None:
+            if args.preload_asr:
+                await app.whisper()
+            await run_server(app, args.host, args.port, tls=tls)
+
+        asyncio.run(start())
+    except StreamPunctError as e:
+        print(f"streampunct serve: error: {e}", file=sys.stderr)
+        return 2
+    except ssl.SSLError as e:
+        print(
+            f"streampunct serve: error: cannot use {args.certfile} and {args.keyfile}: {e}", file=sys.stderr
+        )
+        return 2
+    except OSError as e:
+        print(
+            f"streampunct serve: error: cannot listen on {args.host}:{args.port}: {e.strerror or e}",
+            file=sys.stderr,
+        )
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
