@@ -120,7 +120,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import RESULTS, machine, write_json  # noqa: E402
 
 from streampunct import Punctuator  # noqa: E402
-from streampunct.asr import SAMPLE_RATE, StreamingRecognizer, resolve_asr_model  # noqa: E402
 from streampunct.flags import number_or_off  # noqa: E402
 from streampunct.metrics import count  # noqa: E402
 from streampunct.options import FrontEndOptions, RecognizerOptions, StreamOptions  # noqa: E402
@@ -128,6 +127,7 @@ from streampunct.pipeline import CaptionPipeline, call_to_json, calls_from_json,
 from streampunct.processes import in_processes  # noqa: E402
 from streampunct.punctuator import SHIPPED_MODELS, checkpoint_dir  # noqa: E402
 from streampunct.scoring import compare, metrics, pool, reference, whisper_tokens, word_tokens  # noqa: E402
+from streampunct.speech import SAMPLE_RATE, StreamingRecognizer, resolve_asr_model  # noqa: E402
 from streampunct.stream import Push  # noqa: E402
 from streampunct.text import normalize_labeled, read_iwslt, render  # noqa: E402
 

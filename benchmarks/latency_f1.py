@@ -39,10 +39,10 @@ from common import RESULTS, machine, percentile, update_readme  # noqa: E402
 from emission_delay import transcribe  # noqa: E402
 
 from streampunct import Punctuator  # noqa: E402
-from streampunct.asr import resolve_asr_model  # noqa: E402
-from streampunct.conversation import labeled_words  # noqa: E402
 from streampunct.prosody import synthetic_times  # noqa: E402
 from streampunct.scoring import metrics, pool  # noqa: E402
+from streampunct.speech import resolve_asr_model  # noqa: E402
+from streampunct.training.conversation import labeled_words  # noqa: E402
 from streampunct.types import Word  # noqa: E402
 
 LOOKAHEADS = (0, 1, 2, 3, 4)

@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, write_json  # noqa: E402
 
 from streampunct import Punctuator  # noqa: E402
-from streampunct.asr import resolve_asr_model  # noqa: E402
 from streampunct.pipeline import recorded_words  # noqa: E402
 from streampunct.scoring import compare, metrics, pool, reference, whisper_tokens, word_tokens  # noqa: E402
+from streampunct.speech import resolve_asr_model  # noqa: E402
 
 MODES: list[tuple[str, int | None]] = [("k=0", 0), ("k=2", 2), ("offline", None)]
 

@@ -1459,7 +1459,7 @@ def asr_available(args: argparse.Namespace) -> None:
         args.asr_ok, args.asr_note = False, "espeak-ng is not installed"
         return
     try:
-        from streampunct.asr import resolve_asr_model
+        from streampunct.speech import resolve_asr_model
 
         resolve_asr_model(args.asr_model)
         import faster_whisper  # noqa: F401

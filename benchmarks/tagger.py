@@ -6,7 +6,7 @@ Without --tagger it measures the shipped tagger (flair's, results/tagger.json); 
 a candidate such as one from `streampunct train-tagger` (results/tagger_NAME.json). The README
 table shows every candidate measured.
 
-ASR style is what a recogniser delivers (:func:`streampunct.tagger_train.read_asr_style`): every word
+ASR style is what a recogniser delivers (:func:`streampunct.training.tagger_train.read_asr_style`): every word
 lower case, punctuation removed, and no sentence boundaries: each document is tagged as one
 continuous stream of words. Tags are Penn Treebank tags, scored against EWT's XPOS column.
 """
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import RESULTS, machine, percentile, time_each, update_readme, write_json  # noqa: E402
 
 from streampunct.pos import Tagger, installed_tagger  # noqa: E402
-from streampunct.tagger_train import read_asr_style  # noqa: E402
+from streampunct.training.tagger_train import read_asr_style  # noqa: E402
 
 
 def accuracy(pred: list[list[str]], gold: list[list[str]]) -> float:

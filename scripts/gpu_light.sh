@@ -9,7 +9,7 @@
 set -euo pipefail
 TRAIN=$1 DEV=$2 OUT=${OUT:-out} MINUTES=${MINUTES:-7}
 [[ $TRAIN == *.xz ]] && { xz -dkf "$TRAIN"; TRAIN=${TRAIN%.xz}; }
-python3 -m streampunct.light_train --train "$TRAIN" --dev "$DEV" --out "$OUT/light" \
+python3 -m streampunct.training.light_train --train "$TRAIN" --dev "$DEV" --out "$OUT/light" \
     --minutes "$MINUTES" --device cuda --batch 256 --lr 3e-3 --eval-every 300 --threads 8 \
     --teacher streampunct/checkpoints/default --distill 0.5
 rm -f "$OUT/light/last.pt"  # the optimiser state stays behind

@@ -3,7 +3,7 @@
 #
 #   scripts/light_results.sh RUN DIR
 #
-# RUN: a python -m streampunct.light_train run (its best/); DIR: where the checkpoint is put and
+# RUN: a python -m streampunct.training.light_train run (its best/); DIR: where the checkpoint is put and
 # calibrated, named light (e.g. /tmp/ckpt/light): accuracy_light.json, stream_latency_light.json and
 # stream_capacity_light.json are named after it. Offsets are tuned on dev2012's first 20,000 words
 # (the words the run selected its checkpoint on); test2011 and test2011asr are scored once. The

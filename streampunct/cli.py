@@ -125,9 +125,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Tune a checkpoint's decision offsets per lookahead on dev data; rewrites its config.json."""
-    from .calibrate import calibrate, retune_offline
     from .punctuator import Punctuator, checkpoint_dir
     from .text import normalize_labeled, read_iwslt
+    from .training.calibrate import calibrate, retune_offline
 
     if args.speech:
         return _calibrate_speech(args)
@@ -186,9 +186,9 @@ def _write_calibration(folder: Path, summary: dict, keep: tuple[str, ...] | None
 
 def _calibrate_speech(args: argparse.Namespace) -> int:
     """calibrate --speech: the pause fusion's offsets on recorded recognised speech."""
-    from .calibrate import calibrate_speech
     from .model import PunctModel
     from .punctuator import Punctuator, checkpoint_dir
+    from .training.calibrate import calibrate_speech
 
     paths = sorted(Path(args.speech).glob("*.json"))
     recordings = []
@@ -216,7 +216,7 @@ def _calibrate_speech(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from .train import TrainConfig, train
+    from .training.train import TrainConfig, train
 
     encoder = args.encoder
     if encoder is None and args.init is None:
@@ -266,7 +266,7 @@ def cmd_fetch_tagger(args: argparse.Namespace) -> int:
 
 
 def cmd_train_tagger(args: argparse.Namespace) -> int:
-    from .tagger_train import TaggerTrainConfig, train_tagger
+    from .training.tagger_train import TaggerTrainConfig, train_tagger
 
     if args.ewt is None:
         raise DataFormatError(f"give --ewt DIR (or set {DATA_ENV})")
@@ -275,7 +275,7 @@ def cmd_train_tagger(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare_conversation(args: argparse.Namespace) -> int:
-    from .conversation import prepare
+    from .training.conversation import prepare
 
     sizes = prepare(args.out, args.ted, args.ted_words, args.seed)
     print(json.dumps(sizes, indent=2))
@@ -283,8 +283,8 @@ def cmd_prepare_conversation(args: argparse.Namespace) -> int:
 
 
 def cmd_train_pauses(args: argparse.Namespace) -> int:
-    from .pause_train import PauseTrainConfig, train_pauses
     from .punctuator import checkpoint_dir
+    from .training.pause_train import PauseTrainConfig, train_pauses
 
     for path in args.train:
         if not Path(path).is_file():
@@ -390,14 +390,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("train-tagger", help="fine-tune the POS tagger on UD English-EWT in ASR style")
     if command in (None, "train-tagger"):
-        from .tagger_train import TaggerTrainConfig
+        from .training.tagger_train import TaggerTrainConfig
 
         add_config_flags(p, TaggerTrainConfig, ewt=_data_flag("ud_ewt"))
     p.set_defaults(run=cmd_train_tagger)
 
     p = sub.add_parser("train", help="train a checkpoint (resumes from OUT/last.pt)")
     if command in (None, "train"):
-        from .train import TrainConfig
+        from .training.train import TrainConfig
 
         add_config_flags(
             p, TrainConfig, train=_data_flag("ted", "ted_train.tsv"), dev=_data_flag("iwslt", "dev2012")
@@ -420,7 +420,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("train-pauses", help="add pause fusion (word times as evidence) to a checkpoint")
     if command in (None, "train-pauses"):
-        from .pause_train import PauseTrainConfig
+        from .training.pause_train import PauseTrainConfig
 
         # model: None is the shipped default; lookaheads (ints and None) has no flag
         add_config_flags(p, PauseTrainConfig, model=dict(required=False, default=None), lookaheads=None)

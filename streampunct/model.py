@@ -75,7 +75,7 @@ class ModelConfig:
     # Offsets added to the logits before a decision, one row per lookahead (k = 0, 1, ..., the
     # last calibrated k also serving every larger one) and a last row for offline. A model trained
     # on cross-entropy marks too rarely where it sees little ahead; `streampunct calibrate` tunes
-    # these on dev data (calibrate.py). Empty: the plain argmax.
+    # these on dev data (training/calibrate.py). Empty: the plain argmax.
     label_bias: tuple[tuple[float, ...], ...] = ()
     # The same for the window engine (a word decided by the offline model over a window that ends
     # k words after it, see punctuator.py): one row per lookahead from k=0, the last for larger k.

@@ -5,7 +5,7 @@ its line in docs/usage.md). No torch.
 
 - :class:`StreamOptions`: a punctuation stream's lookahead, time limit and engine (the protocol's
   ``config`` message and the clients' flags);
-- :class:`RecognizerOptions`: the streaming recogniser's (:class:`streampunct.asr.StreamingRecognizer`);
+- :class:`RecognizerOptions`: the streaming recogniser's (:class:`streampunct.speech.StreamingRecognizer`);
 - :class:`FrontEndOptions`: what the caption pipeline does between the recogniser and the
   punctuation stream (:class:`streampunct.pipeline.CaptionPipeline`).
 
@@ -42,7 +42,7 @@ class StreamOptions:
 
 @dataclass(frozen=True)
 class RecognizerOptions:
-    """The streaming recogniser's settings (streampunct/asr.py explains each policy)."""
+    """The streaming recogniser's settings (streampunct/speech/recognizer.py explains each policy)."""
 
     language: str | None = "en"
     min_chunk_s: float = 0.5

@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from .asr import Hypothesis, Skip, StreamingRecognizer, is_silence
 from .captions import Caption, Captioner
 from .options import FrontEndOptions
+from .speech import Hypothesis, Skip, StreamingRecognizer, is_silence
 from .stream import Call, Finish, Push, Tick
 from .text import without_mark
 from .types import SAMPLE_RATE, PunctEvent, Word

@@ -23,7 +23,7 @@ mid-sentence, and a later pass goes on with the sentence in lower case ("concern
 ``pause_continued`` adds one more feature, a sentence-end mark followed by a word that starts in
 lower case, known once the decision sees the word after (k >= 1).
 
-Training (:mod:`streampunct.pause_train`): the text model stays frozen; the fusion learns from
+Training (:mod:`streampunct.training.pause_train`): the text model stays frozen; the fusion learns from
 its logits over text whose words carry times from a pause model (:func:`synthetic_times`) fitted
 on recognised human speech, and marks from a model of a recogniser's (:func:`synthetic_marks`).
 """

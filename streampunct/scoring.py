@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .conversation import labeled_words
 from .metrics import MARK_CLASSES, score
 from .text import normalize, normalize_labeled
+from .training.conversation import labeled_words
 
 __all__ = ["align", "move_marks", "compare", "pool", "metrics", "reference", "whisper_tokens", "word_tokens"]
 

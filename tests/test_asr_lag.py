@@ -26,9 +26,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from streampunct.asr import SAMPLE_RATE, Skip, StreamingRecognizer
 from streampunct.errors import StreamPunctError
 from streampunct.options import RecognizerOptions
+from streampunct.speech import SAMPLE_RATE, Skip, StreamingRecognizer
 
 # The recogniser with none of the shipped front end's policies (a pass a second, LocalAgreement-2
 # alone, the 30 s encoder window): each test here turns on the one it checks.

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from streampunct import CheckpointError, Punctuator
-from streampunct.calibrate import LOOKAHEADS, _micro_f1, choose_window_from, tune_offsets
 from streampunct.cli import main
 from streampunct.engines import token_logits, window_logits
 from streampunct.metrics import score
@@ -18,6 +17,7 @@ from streampunct.pieces import WordPieces
 from streampunct.punctuator import DEFAULT_CHECKPOINT
 from streampunct.stream import Word
 from streampunct.text import LABELS, normalize_text
+from streampunct.training.calibrate import LOOKAHEADS, _micro_f1, choose_window_from, tune_offsets
 
 from .test_stream import run_stream, varied_words
 

@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 
-from streampunct.conversation import (
+from streampunct.training.conversation import (
     BACKCHANNELS,
     careful_conversations,
     chat_conversations,

@@ -213,7 +213,7 @@ def test_browser_caption_page(asr_server, speech, tmp_path):
 def test_the_end_of_speech_commits_the_recognisers_guess(tmp_path):
     """After a sentence and a second of silence, one pass commits every word it heard (the VAD
     hears no speech after the last one), without waiting for a second agreeing hypothesis."""
-    from streampunct.asr import SAMPLE_RATE, load_whisper
+    from streampunct.speech import SAMPLE_RATE, load_whisper
 
     wav = tmp_path / "sentence.wav"
     subprocess.run(["espeak-ng", "-v", "en-us", "-s", "140", "-w", str(wav), SENTENCES[0]], check=True)
@@ -238,7 +238,7 @@ def test_in_a_pause_the_time_limit_fires_on_time(tmp_path):
     end plus ``max_delay_ms``), moved there by the silent chunks after the pass that committed it
     (the pause clock), not at the next pass up to 2 s later. The limit (4 s) is past every pass
     that can commit the word (settled at most 2 s after its end), so only the pause clock fires it."""
-    from streampunct.asr import SAMPLE_RATE
+    from streampunct.speech import SAMPLE_RATE
 
     wav = tmp_path / "sentence.wav"
     subprocess.run(["espeak-ng", "-v", "en-us", "-s", "140", "-w", str(wav), SENTENCES[3]], check=True)
@@ -261,7 +261,7 @@ def test_in_a_pause_the_time_limit_fires_on_time(tmp_path):
 def streamed(rec, audio: np.ndarray) -> list:
     """Every word ``rec`` commits over ``audio`` fed in half-second chunks, a pass whenever it is
     ready, then ``finish()``'s."""
-    from streampunct.asr import SAMPLE_RATE
+    from streampunct.speech import SAMPLE_RATE
 
     committed = []
     for start in range(0, len(audio), SAMPLE_RATE // 2):
@@ -275,8 +275,8 @@ def streamed(rec, audio: np.ndarray) -> list:
 def test_a_shorter_encoder_window_hears_the_same_sentences(tmp_path):
     """With the server's ``encoder_pad_s`` Whisper's encoder reads the buffer and that much silence
     (at least 10 s) instead of 30 s: the same words, and the model is left as it was."""
-    from streampunct.asr import SAMPLE_RATE, load_whisper
     from streampunct.options import RecognizerOptions
+    from streampunct.speech import SAMPLE_RATE, load_whisper
 
     wav = tmp_path / "talk.wav"
     text = " ".join(SENTENCES[:3])
@@ -298,7 +298,7 @@ def test_unintelligible_speech_gives_the_same_words_every_run(tmp_path):
     """Speech played backwards passes the voice activity detector and makes Whisper guess. A pass
     decodes once and greedily, never again by sampling at a higher temperature (faster-whisper's
     fallback), so that two recognisers over the same audio commit the same words."""
-    from streampunct.asr import load_whisper
+    from streampunct.speech import load_whisper
 
     wav = tmp_path / "backwards.wav"
     subprocess.run(

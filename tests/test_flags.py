@@ -10,10 +10,10 @@ import pytest
 
 from streampunct.cli import build_parser, main
 from streampunct.flags import add_config_flags, config_from_flags
-from streampunct.pause_train import PauseTrainConfig
 from streampunct.server.guard import Limits
-from streampunct.tagger_train import TaggerTrainConfig
-from streampunct.train import TrainConfig
+from streampunct.training.pause_train import PauseTrainConfig
+from streampunct.training.tagger_train import TaggerTrainConfig
+from streampunct.training.train import TrainConfig
 
 REQUIRED = {  # the fields without a default, as a user gives them
     TrainConfig: ["--train", "t.tsv", "--dev", "d.tsv", "--out", "run"],

@@ -16,13 +16,13 @@ from websockets.asyncio.client import connect
 
 from streampunct import Punctuator
 from streampunct import protocol as P
-from streampunct.asr import SAMPLE_RATE, StreamingRecognizer, load_whisper
 from streampunct.clients.file import load_audio
 from streampunct.options import StreamOptions
 from streampunct.pipeline import CaptionPipeline, simulate
 from streampunct.server.app import App, run_server
 from streampunct.server.guard import Access, Limits
 from streampunct.server.sessions import AsrSession
+from streampunct.speech import SAMPLE_RATE, StreamingRecognizer, load_whisper
 
 pytestmark = [
     pytest.mark.e2e,

@@ -232,8 +232,8 @@ def test_synthetic_marks_are_a_streamed_recognisers_periods_at_commas_too():
 
 
 def test_offsets_per_lookahead_are_tuned_for_f1():
-    from streampunct.pause_train import tune_offsets_per_slot
     from streampunct.prosody import PauseFusion
+    from streampunct.training.pause_train import tune_offsets_per_slot
 
     gold = torch.tensor([1 if i % 3 == 0 else 0 for i in range(300)])
     logits = torch.zeros(300, 4)
@@ -250,7 +250,7 @@ def test_offsets_per_lookahead_are_tuned_for_f1():
 
 @pytest.mark.parametrize("marks", [True, False])
 def test_train_pauses_reads_the_continuation_only_with_the_recognisers_marks(tmp_path, marks):
-    from streampunct.pause_train import PauseTrainConfig, train_pauses
+    from streampunct.training.pause_train import PauseTrainConfig, train_pauses
 
     torch.manual_seed(0)
     shape = dict(n_layer=1, n_head=2, n_embd=16, n_inner=32, block=4, context=6, dropout=0.0)
@@ -279,7 +279,7 @@ def test_train_pauses_reads_the_continuation_only_with_the_recognisers_marks(tmp
 def test_train_pauses_rows_from_worker_processes_are_the_rows_of_one(tmp_path):
     """train-pauses --workers: the text model's logits computed in spawned processes; the rows the
     fusion trains on are those of one process (the logits up to rounding)."""
-    from streampunct.pause_train import PauseTrainConfig, _rows
+    from streampunct.training.pause_train import PauseTrainConfig, _rows
 
     torch.manual_seed(0)
     shape = dict(n_layer=1, n_head=2, n_embd=16, n_inner=32, block=4, context=6, dropout=0.0)

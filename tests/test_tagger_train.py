@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from streampunct.cli import main
 from streampunct.errors import DataFormatError
 from streampunct.pos import Tagger
-from streampunct.tagger_train import TaggerTrainConfig, read_asr_style, train_tagger
+from streampunct.training.tagger_train import TaggerTrainConfig, read_asr_style, train_tagger
 
 SENTENCES = [
     [

@@ -14,7 +14,7 @@ from streampunct.model import PunctModel
 from streampunct.pos import Tagger
 from streampunct.punctuator import DEFAULT_CHECKPOINT
 from streampunct.text import LABEL_ID
-from streampunct.train import TrainConfig, rdrop_loss, train
+from streampunct.training.train import TrainConfig, rdrop_loss, train
 
 from .conftest import hf_encoder
 
@@ -174,7 +174,7 @@ def test_window_engine_batches(corpus):
     """A window-engine batch: offline attention over windows of context + 5 words, loss on the last
     5 (0 to 4 words ahead); the other batches keep their lookahead and their loss."""
     from streampunct.pieces import WordPieces
-    from streampunct.train import WINDOW_TAIL, Corpus, make_batches
+    from streampunct.training.train import WINDOW_TAIL, Corpus, make_batches
 
     model_cfg = PunctModel.load(DEFAULT_CHECKPOINT).cfg
     data = Corpus(str(corpus / "train.tsv"), WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", 3))

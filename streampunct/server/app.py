@@ -105,7 +105,7 @@ class App:
     async def whisper(self) -> Any:
         async with self._whisper_lock:
             if self._whisper is None:
-                from streampunct.asr import load_whisper
+                from streampunct.speech import load_whisper
 
                 loop = asyncio.get_running_loop()
                 t0 = time.perf_counter()

@@ -20,9 +20,9 @@ from websockets.exceptions import ConnectionClosed
 
 from streampunct import StreamPunctError
 from streampunct import protocol as P
-from streampunct.asr import Hypothesis, StreamingRecognizer
 from streampunct.pipeline import CaptionPipeline, Heard
 from streampunct.server.guard import Pace
+from streampunct.speech import Hypothesis, StreamingRecognizer
 from streampunct.stream import Call, Push
 from streampunct.types import SAMPLE_RATE, PunctEvent, Word
 
@@ -353,7 +353,7 @@ class AsrSession(Session):
     The receive loop only hands the audio to the pipeline, so the socket is read and the keepalive
     answered however slow recognition is; a recognition task of the session's own runs a pass in
     the ASR worker whenever enough audio waits. When it falls behind real time, the recogniser
-    skips to recent audio (streampunct.asr's catch-up policy) and the client gets a ``lag``
+    skips to recent audio (streampunct.speech.recognizer's catch-up policy) and the client gets a ``lag``
     message; the connection stays open."""
 
     audio = True
@@ -409,7 +409,7 @@ class AsrSession(Session):
     async def make_room(self) -> None:
         """Back-pressure for a sender far ahead of real time (a file sent as fast as possible):
         wait while more than MAX_WAITING_S of audio waits. A live stream does not get here: the
-        recogniser skips to recent audio long before (streampunct.asr, ``max_lag_s``)."""
+        recogniser skips to recent audio long before (streampunct.speech.recognizer, ``max_lag_s``)."""
         limit = self.MAX_WAITING_S * SAMPLE_RATE
         while self.pipeline.waiting > limit and self.recognition and not self.recognition.done():
             self.progress.clear()

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DataFormatError
-from .text import mark_of
+from ..errors import DataFormatError
+from ..text import mark_of
 
 __all__ = [
     "CHITCHAT",
@@ -218,7 +218,7 @@ def prepare(
     out: str | Path, ted: str | Path | None = None, ted_words: int = 1_500_000, seed: int = 1
 ) -> dict:
     """Write the conversational corpora under ``out``; returns their sizes in words."""
-    from .text import read_iwslt
+    from ..text import read_iwslt
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -16,12 +16,12 @@ from collections.abc import Sequence
 
 import torch
 
-from .engines import token_logits
-from .errors import InputError
-from .light import LightModel
-from .metrics import _prf
-from .punctuator import Punctuator
-from .text import LABEL_ID
+from ..engines import token_logits
+from ..errors import InputError
+from ..light import LightModel
+from ..metrics import _prf
+from ..punctuator import Punctuator
+from ..text import LABEL_ID
 
 __all__ = [
     "LOOKAHEADS",
@@ -152,10 +152,10 @@ def _fused_decisions(
     decision the pause fusion corrected, the corrected logits before the fusion's offsets and the
     lookahead slot. The decisions are read where they are made: the stream's label step and the
     fusion's correction, wrapped for this stream alone."""
-    from .pipeline import calls_from_json
-    from .prosody import ahead_slot
-    from .stream import Push
-    from .types import Word
+    from ..pipeline import calls_from_json
+    from ..prosody import ahead_slot
+    from ..stream import Push
+    from ..types import Word
 
     fusion = p.model.pause_fusion
     assert fusion is not None
@@ -204,8 +204,8 @@ def speech_decisions(
     final decision the pause fusion corrected, as its corrected logits before the fusion's
     offsets, its lookahead slot, the reference's mark for its word (moved onto the recognised
     words, :func:`streampunct.scoring.compare`) and the recording's index."""
-    from .scoring import compare, reference, word_tokens
-    from .text import normalize
+    from ..scoring import compare, reference, word_tokens
+    from ..text import normalize
 
     if p.model.pause_fusion is None:
         raise InputError("the model has no pause fusion to calibrate")

@@ -28,16 +28,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..engines import token_logits
+from ..errors import InputError
+from ..metrics import score
+from ..model import PunctModel
+from ..pieces import WordPieces
+from ..processes import in_processes
+from ..prosody import N_FEATURES, PauseFusion, ahead_slot, synthetic_marks, synthetic_times, token_features
+from ..punctuator import resolve_device
+from ..text import LABEL_ID, LABELS, normalize_labeled, read_iwslt
 from .calibrate import tune_offsets
-from .engines import token_logits
-from .errors import InputError
-from .metrics import score
-from .model import PunctModel
-from .pieces import WordPieces
-from .processes import in_processes
-from .prosody import N_FEATURES, PauseFusion, ahead_slot, synthetic_marks, synthetic_times, token_features
-from .punctuator import resolve_device
-from .text import LABEL_ID, LABELS, normalize_labeled, read_iwslt
 
 __all__ = ["PauseTrainConfig", "train_pauses"]
 

