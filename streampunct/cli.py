@@ -207,7 +207,7 @@ def _calibrate_speech(args: argparse.Namespace) -> int:
     if not isinstance(p.model, PunctModel):
         raise InputError(f"{folder}: only an encoder checkpoint has pause fusion")
     print(f"calibrating {folder}'s pause fusion on {len(recordings)} recordings in {args.speech}")
-    report = calibrate_speech(p, recordings, args.lookahead, args.max_delay_ms)
+    report = calibrate_speech(p, recordings, args.lookaheads, args.max_delay_ms)
     p.model.save_pauses(folder)
     report["recordings"] = [path.stem for path in paths]
     path = _write_calibration(folder, {"speech": report})
@@ -358,7 +358,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "lookahead slot, for micro-F1 on them (rewrites pauses.safetensors)",
     )
     speech.add_argument(
-        "--lookahead", type=int, default=StreamOptions.lookahead, help="the streams' (default: %(default)s)"
+        "--lookaheads",
+        type=int,
+        nargs="+",
+        default=[0, 1, 2],
+        help="the streams whose decisions tune the offsets, pooled (default: 0 1 2)",
     )
     speech.add_argument(
         "--max-delay-ms",

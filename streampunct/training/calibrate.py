@@ -229,52 +229,74 @@ def speech_decisions(
 def calibrate_speech(
     p: Punctuator,
     recordings: Sequence[tuple[str, Sequence[dict]]],
-    lookahead: int,
+    lookaheads: Sequence[int],
     max_delay_ms: float | None,
     log=print,
 ) -> dict[str, object]:
-    """Tune the pause fusion's offsets, per lookahead slot a stream at ``lookahead`` decides with,
-    for micro-F1 on these recordings of recognised speech, and set them on ``p.model``. Reports
-    micro-F1 over the fused decisions before and after, in sample and left out: each recording
-    scored with offsets tuned on the others (what the tuning is worth on speech it did not see)."""
-    logits, slots, gold, where = speech_decisions(p, recordings, lookahead, max_delay_ms)
+    """Tune the pause fusion's offsets for micro-F1 on these recordings of recognised speech, and
+    set them on ``p.model``. A slot's offsets serve every decision made with that many words
+    ahead, whatever the stream's lookahead (a time limit at k=2 decides with 0 or 1), so each slot
+    is tuned on the decisions of streams at every one of ``lookaheads`` pooled. Reports each
+    lookahead's micro-F1 over its fused decisions before and after, in sample and left out: each
+    recording scored with offsets tuned on the others (what the tuning is worth on speech it did
+    not see)."""
     fusion = p.model.pause_fusion
-    assert fusion is not None  # speech_decisions checked
-    used = sorted(set(slots.tolist()))
+    if fusion is None:
+        raise InputError("the model has no pause fusion to calibrate")
+    rows = {k: speech_decisions(p, recordings, k, max_delay_ms) for k in lookaheads}
+    before = fusion.offsets.detach().clone()
+    used = sorted({s for _, slots, _, _ in rows.values() for s in slots.tolist()})
 
-    def tuned(keep: torch.Tensor) -> dict[int, torch.Tensor]:
-        return {
-            s: torch.tensor(tune_offsets(logits[keep & (slots == s)], gold[keep & (slots == s)])[0])
-            for s in used
-        }
+    def pooled(s: int, keep: dict[int, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = torch.cat([x[(sl == s) & keep[k]] for k, (x, sl, _, _) in rows.items()])
+        return logits, torch.cat([g[(sl == s) & keep[k]] for k, (_, sl, g, _) in rows.items()])
 
-    def predict(offsets: dict[int, torch.Tensor], keep: torch.Tensor) -> torch.Tensor:
-        rows = torch.stack([offsets[s] for s in slots[keep].tolist()])
-        return (logits[keep] + rows).argmax(-1)
+    def tuned(keep: dict[int, torch.Tensor]) -> torch.Tensor:
+        offsets = before.clone()
+        for s in used:
+            offsets[s] = torch.tensor(tune_offsets(*pooled(s, keep))[0])
+        return offsets
 
-    everything = torch.ones_like(slots, dtype=torch.bool)
-    before = {s: fusion.offsets[s].clone() for s in used}
+    def f1(k: int, offsets: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+        logits, slots, _, _ = rows[k]
+        return (
+            (logits + offsets[slots]).argmax(-1)
+            if keep is None
+            else (logits[keep] + offsets[slots[keep]]).argmax(-1)
+        )
+
+    everything = {k: torch.ones_like(r[1], dtype=torch.bool) for k, r in rows.items()}
     after = tuned(everything)
-    left_out_pred = torch.empty_like(gold)
-    for n in sorted(set(where.tolist())):
-        others, this = where != n, where == n
-        left_out_pred[this] = predict(tuned(others), this)
+    by_slot = {}
+    for s in used:  # what the tuning maximised: each slot's decisions, pooled
+        logits, gold = pooled(s, everything)
+        by_slot[s] = [round(_micro_f1((logits + o[s]).argmax(-1), gold), 2) for o in (before, after)]
     report: dict[str, object] = {
-        "lookahead": lookahead,
+        "lookaheads": list(lookaheads),
         "max_delay_ms": max_delay_ms,
-        "recordings": len(recordings),
-        "decisions": len(gold),
         "slots": used,
         "offsets_before": {s: before[s].tolist() for s in used},
         "offsets": {s: after[s].tolist() for s in used},
-        "micro_f1_before": round(_micro_f1(predict(before, everything), gold), 2),
-        "micro_f1_after": round(_micro_f1(predict(after, everything), gold), 2),
-        "micro_f1_left_out": round(_micro_f1(left_out_pred, gold), 2),
+        "slot_micro_f1_before_after": by_slot,
     }
-    for s in used:
-        fusion.offsets[s] = after[s]
-    log(
-        f"fused decisions: {report['decisions']}; micro-F1 {report['micro_f1_before']} -> "
-        f"{report['micro_f1_after']} (each recording left out of its own tuning: {report['micro_f1_left_out']})"
-    )
+    left_out = {k: torch.empty_like(r[2]) for k, r in rows.items()}
+    for n in range(len(recordings)):
+        offsets = tuned({k: r[3] != n for k, r in rows.items()})
+        for k, (_, _, _, where) in rows.items():
+            left_out[k][where == n] = f1(k, offsets, where == n)
+    for k, (_, slots, gold, _) in rows.items():
+        line = {
+            "decisions": len(gold),
+            "by_slot": {s: int((slots == s).sum()) for s in sorted(set(slots.tolist()))},
+            "micro_f1_before": round(_micro_f1(f1(k, before), gold), 2),
+            "micro_f1_after": round(_micro_f1(f1(k, after), gold), 2),
+            "micro_f1_left_out": round(_micro_f1(left_out[k], gold), 2),
+        }
+        report[f"k={k}"] = line
+        log(
+            f"k={k}: {line['decisions']} fused decisions, micro-F1 {line['micro_f1_before']} -> "
+            f"{line['micro_f1_after']} (each recording left out of its own tuning: {line['micro_f1_left_out']})"
+        )
+    with torch.no_grad():
+        fusion.offsets.copy_(after)
     return report
