@@ -207,7 +207,7 @@ def _calibrate_speech(args: argparse.Namespace) -> int:
     if not isinstance(p.model, PunctModel):
         raise InputError(f"{folder}: only an encoder checkpoint has pause fusion")
     print(f"calibrating {folder}'s pause fusion on {len(recordings)} recordings in {args.speech}")
-    report = calibrate_speech(p, recordings, args.lookaheads, args.max_delay_ms)
+    report = calibrate_speech(p, recordings, args.lookaheads, args.max_delay_ms, args.slots)
     p.model.save_pauses(folder)
     report["recordings"] = [path.stem for path in paths]
     path = _write_calibration(folder, {"speech": report})
@@ -361,8 +361,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "--lookaheads",
         type=int,
         nargs="+",
-        default=[0, 1, 2],
-        help="the streams whose decisions tune the offsets, pooled (default: 0 1 2)",
+        default=[2],
+        help="the streams whose decisions tune the offsets, pooled (default: 2)",
+    )
+    speech.add_argument(
+        "--slots",
+        type=int,
+        nargs="+",
+        default=[1, 2],
+        help="the lookahead slots tuned, by words ahead (default: 1 2; 0 is left as trained)",
     )
     speech.add_argument(
         "--max-delay-ms",

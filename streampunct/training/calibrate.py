@@ -20,6 +20,7 @@ from ..engines import token_logits
 from ..errors import InputError
 from ..light import LightModel
 from ..metrics import _prf
+from ..options import StreamOptions
 from ..punctuator import Punctuator
 from ..text import LABEL_ID
 
@@ -146,7 +147,7 @@ def retune_offline(p: Punctuator, tokens: Sequence[str], labels: Sequence[str]) 
 
 
 def _fused_decisions(
-    p: Punctuator, records: Sequence[dict], lookahead: int, max_delay_ms: float | None
+    p: Punctuator, records: Sequence[dict], lookahead: int, max_delay_ms: float | None, marks: bool = True
 ) -> tuple[list[str], dict[int, tuple[torch.Tensor, int]]]:
     """One recording's calls through a fresh stream: its words, and for each word whose final
     decision the pause fusion corrected, the corrected logits before the fusion's offsets and the
@@ -183,7 +184,7 @@ def _fused_decisions(
     setattr(stream, "_label", decide)  # noqa: B010
     words: list[str] = []
     try:
-        for call in calls_from_json(records):
+        for call in calls_from_json(records, marks):
             stream.run(call)
             if isinstance(call, Push):
                 words += [w.text if isinstance(w, Word) else w for w in call.words]
@@ -198,9 +199,11 @@ def speech_decisions(
     recordings: Sequence[tuple[str, Sequence[dict]]],
     lookahead: int,
     max_delay_ms: float | None,
+    marks: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Each recording (its punctuated reference, and the calls the caption pipeline made, recorded:
-    :func:`streampunct.pipeline.calls_from_json`) through a stream as the server runs it: every
+    :func:`streampunct.pipeline.calls_from_json`; without ``marks``, the recogniser's marks taken
+    off its words, as from a recogniser that writes none) through a stream as the server runs it: every
     final decision the pause fusion corrected, as its corrected logits before the fusion's
     offsets, its lookahead slot, the reference's mark for its word (moved onto the recognised
     words, :func:`streampunct.scoring.compare`) and the recording's index."""
@@ -211,7 +214,7 @@ def speech_decisions(
         raise InputError("the model has no pause fusion to calibrate")
     logits, slots, gold, where = [], [], [], []
     for n, (text, records) in enumerate(recordings):
-        words, decided = _fused_decisions(p, records, lookahead, max_delay_ms)
+        words, decided = _fused_decisions(p, records, lookahead, max_delay_ms, marks)
         hyp_tokens, _ = word_tokens(words, ["O"] * len(words))
         moved = compare(*reference(text), hyp_tokens, ["O"] * len(hyp_tokens))["ref"]
         last = -1
@@ -229,43 +232,46 @@ def speech_decisions(
 def calibrate_speech(
     p: Punctuator,
     recordings: Sequence[tuple[str, Sequence[dict]]],
-    lookaheads: Sequence[int],
-    max_delay_ms: float | None,
+    lookaheads: Sequence[int] = (2,),
+    max_delay_ms: float | None = StreamOptions.max_delay_ms,
+    slots: Sequence[int] = (1, 2),
     log=print,
 ) -> dict[str, object]:
-    """Tune the pause fusion's offsets for micro-F1 on these recordings of recognised speech, and
-    set them on ``p.model``. A slot's offsets serve every decision made with that many words
-    ahead, whatever the stream's lookahead (a time limit at k=2 decides with 0 or 1), so each slot
-    is tuned on the decisions of streams at every one of ``lookaheads`` pooled. Reports each
-    lookahead's micro-F1 over its fused decisions before and after, in sample and left out: each
-    recording scored with offsets tuned on the others (what the tuning is worth on speech it did
-    not see)."""
+    """Tune the pause fusion's offsets of these lookahead ``slots`` for micro-F1 on these
+    recordings of recognised speech, and set them on ``p.model``. Each slot is tuned on the
+    decisions made with that many words ahead by streams at every one of ``lookaheads``, on the
+    recogniser's words with its marks and without them (a recogniser that writes none), pooled:
+    one set of offsets serves both. Slot 0 (nothing ahead) is left as trained by default: it is a
+    time limit's decision in a k=2 stream but every decision of a k=0 stream, and tuned for either
+    it lost on the other on speech dev. Reports, per lookahead and marks, micro-F1 over the fused
+    decisions before and after, in sample and left out: each recording scored with offsets tuned
+    on the others (what the tuning is worth on speech it did not see)."""
     fusion = p.model.pause_fusion
     if fusion is None:
         raise InputError("the model has no pause fusion to calibrate")
-    rows = {k: speech_decisions(p, recordings, k, max_delay_ms) for k in lookaheads}
+    rows = {
+        (k, marks): speech_decisions(p, recordings, k, max_delay_ms, marks)
+        for k in lookaheads
+        for marks in (True, False)
+    }
     before = fusion.offsets.detach().clone()
-    used = sorted({s for _, slots, _, _ in rows.values() for s in slots.tolist()})
+    used = [s for s in sorted({s for _, sl, _, _ in rows.values() for s in sl.tolist()}) if s in slots]
 
-    def pooled(s: int, keep: dict[int, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = torch.cat([x[(sl == s) & keep[k]] for k, (x, sl, _, _) in rows.items()])
-        return logits, torch.cat([g[(sl == s) & keep[k]] for k, (_, sl, g, _) in rows.items()])
+    def pooled(s: int, keep: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = torch.cat([x[(sl == s) & keep[c]] for c, (x, sl, _, _) in rows.items()])
+        return logits, torch.cat([g[(sl == s) & keep[c]] for c, (_, sl, g, _) in rows.items()])
 
-    def tuned(keep: dict[int, torch.Tensor]) -> torch.Tensor:
+    def tuned(keep: dict) -> torch.Tensor:
         offsets = before.clone()
         for s in used:
             offsets[s] = torch.tensor(tune_offsets(*pooled(s, keep))[0])
         return offsets
 
-    def f1(k: int, offsets: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
-        logits, slots, _, _ = rows[k]
-        return (
-            (logits + offsets[slots]).argmax(-1)
-            if keep is None
-            else (logits[keep] + offsets[slots[keep]]).argmax(-1)
-        )
+    def decide(c: tuple[int, bool], offsets: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        logits, sl, _, _ = rows[c]
+        return (logits[keep] + offsets[sl[keep]]).argmax(-1)
 
-    everything = {k: torch.ones_like(r[1], dtype=torch.bool) for k, r in rows.items()}
+    everything = {c: torch.ones_like(r[1], dtype=torch.bool) for c, r in rows.items()}
     after = tuned(everything)
     by_slot = {}
     for s in used:  # what the tuning maximised: each slot's decisions, pooled
@@ -279,22 +285,23 @@ def calibrate_speech(
         "offsets": {s: after[s].tolist() for s in used},
         "slot_micro_f1_before_after": by_slot,
     }
-    left_out = {k: torch.empty_like(r[2]) for k, r in rows.items()}
+    left_out = {c: torch.empty_like(r[2]) for c, r in rows.items()}
     for n in range(len(recordings)):
-        offsets = tuned({k: r[3] != n for k, r in rows.items()})
-        for k, (_, _, _, where) in rows.items():
-            left_out[k][where == n] = f1(k, offsets, where == n)
-    for k, (_, slots, gold, _) in rows.items():
+        offsets = tuned({c: r[3] != n for c, r in rows.items()})
+        for c, (_, _, _, where) in rows.items():
+            left_out[c][where == n] = decide(c, offsets, where == n)
+    for c, (_, sl, gold, _) in rows.items():
+        name = f"k={c[0]} marks={'on' if c[1] else 'off'}"
         line = {
             "decisions": len(gold),
-            "by_slot": {s: int((slots == s).sum()) for s in sorted(set(slots.tolist()))},
-            "micro_f1_before": round(_micro_f1(f1(k, before), gold), 2),
-            "micro_f1_after": round(_micro_f1(f1(k, after), gold), 2),
-            "micro_f1_left_out": round(_micro_f1(left_out[k], gold), 2),
+            "by_slot": {s: int((sl == s).sum()) for s in sorted(set(sl.tolist()))},
+            "micro_f1_before": round(_micro_f1(decide(c, before, everything[c]), gold), 2),
+            "micro_f1_after": round(_micro_f1(decide(c, after, everything[c]), gold), 2),
+            "micro_f1_left_out": round(_micro_f1(left_out[c], gold), 2),
         }
-        report[f"k={k}"] = line
+        report[name] = line
         log(
-            f"k={k}: {line['decisions']} fused decisions, micro-F1 {line['micro_f1_before']} -> "
+            f"{name}: {line['decisions']} fused decisions, micro-F1 {line['micro_f1_before']} -> "
             f"{line['micro_f1_after']} (each recording left out of its own tuning: {line['micro_f1_left_out']})"
         )
     with torch.no_grad():
