@@ -46,6 +46,12 @@ def speech(tmp_path_factory) -> np.ndarray:
     return np.concatenate(parts)
 
 
+@pytest.fixture(scope="module")
+def parts() -> tuple[Punctuator, object]:
+    """The shipped punctuator and Whisper tiny.en, loaded once for the module."""
+    return Punctuator.load("default", device="cpu").prepare(), load_whisper("tiny.en", "cpu")
+
+
 def through_the_driver(
     punctuator: Punctuator, whisper, audio: np.ndarray
 ) -> tuple[list[str], dict[int, str]]:
@@ -103,9 +109,8 @@ async def through_the_server(
     return words, final
 
 
-def test_the_server_and_the_benchmark_driver_give_the_same_words_and_marks(speech):
-    punctuator = Punctuator.load("default", device="cpu").prepare()
-    whisper = load_whisper("tiny.en", "cpu")
+def test_the_server_and_the_benchmark_driver_give_the_same_words_and_marks(speech, parts):
+    punctuator, whisper = parts
     words, final = through_the_driver(punctuator, whisper, speech)
     assert len(words) >= 20 and sorted(final) == list(range(len(words)))
     assert {"PERIOD", "COMMA"} <= set(final.values())
@@ -113,12 +118,12 @@ def test_the_server_and_the_benchmark_driver_give_the_same_words_and_marks(speec
     assert served == (words, final)
 
 
-def test_a_pause_moves_the_punctuation_clock_in_the_pipelines_calls(speech):
+def test_a_pause_moves_the_punctuation_clock_in_the_pipelines_calls(speech, parts):
     """In the two seconds of silence after the question every word heard is committed: the
     pipeline's calls then tick the clock through the pause, chunk by chunk."""
     from streampunct.stream import Tick
 
-    out = simulate(CaptionPipeline(StreamingRecognizer(load_whisper("tiny.en", "cpu"))), speech, CHUNK_S)
+    out = simulate(CaptionPipeline(StreamingRecognizer(parts[1])), speech, CHUNK_S)
     ticks = [call.now for _, call in out.calls if isinstance(call, Tick)]
     assert len(ticks) >= 4 and ticks == sorted(ticks)
     assert any(b - a == pytest.approx(CHUNK_S) for a, b in zip(ticks, ticks[1:]))
