@@ -438,7 +438,7 @@ def stream_asr(
         "chunk_s": CHUNK_S,
         "front_end": front_end(options, pipeline),
         "calls": [call_to_json(call, clock) for clock, call in run.calls],
-        "passes": sum(h.hypothesis is not None and h.hypothesis.pass_ is not None for h in run.heard),
+        "passes": sum(h.hypothesis.pass_ is not None for h in run.heard),
         "skips": sum(h.skipped is not None for h in run.heard),
         "seconds": round(time.perf_counter() - t0, 1),
     }

@@ -10,7 +10,7 @@ import types
 import typing
 from typing import Any
 
-__all__ = ["add_config_flags", "config_from_flags", "flags_of", "number_or_off", "on_off"]
+__all__ = ["add_config_flags", "config_from_flags", "flag_value", "flags_of", "number_or_off", "on_off"]
 
 
 def number_or_off(value: str) -> float | None:
@@ -28,6 +28,17 @@ def on_off(value: str) -> bool:
     if value not in ("on", "off"):
         raise argparse.ArgumentTypeError(f"on or off, not {value!r}")
     return value == "on"
+
+
+def flag_value(value: object) -> str:
+    """A value as a flag takes it: on and off for a switch, off for None (no limit)."""
+    return "on" if value is True else "off" if value is False or value is None else str(value)
+
+
+def _dest(prefix: str, name: str) -> str:
+    """The argparse destination of field ``name`` under ``prefix``; its flag is ``--`` and this
+    with dashes."""
+    return (prefix + name).replace("-", "_")
 
 
 def add_config_flags(
@@ -50,7 +61,7 @@ def add_config_flags(
     for f in dataclasses.fields(cls):
         if f.name in cli and cli[f.name] is None:
             continue
-        dest = (prefix + f.name).replace("-", "_")
+        dest = _dest(prefix, f.name)
         t, kw = hints[f.name], {"help": getattr(cls, "HELP", {}).get(f.name), "dest": dest}
         optional = typing.get_origin(t) in (typing.Union, types.UnionType)
         if optional:  # X | None
@@ -76,15 +87,13 @@ def add_config_flags(
             kw["required"] = True
         else:
             kw["default"] = f.default
-            shown = (
-                "on"
-                if f.default is True
-                else "off"
-                if f.default is False or f.default is None
-                else "%(default)s"
-            )
-            said = f.default is not None or kw["type"] is number_or_off
+            said = f.default is not None or kw.get("type") is number_or_off
             if said and (t is not bool or switches):  # BooleanOptionalAction says its own
+                shown = (
+                    flag_value(f.default)
+                    if f.default is None or isinstance(f.default, bool)
+                    else "%(default)s"
+                )
                 kw["help"] = f"{kw['help'] or ''} (default: {shown})".lstrip()
         if f.name.endswith("_s") and t in (int, float):
             kw["metavar"] = "S"
@@ -96,7 +105,7 @@ def add_config_flags(
 def config_from_flags(args: argparse.Namespace, cls: type, *, prefix: str = "", **given: object) -> Any:
     """The config dataclass ``cls`` from the flags :func:`add_config_flags` made with ``prefix``
     (lists as tuples), and ``given``."""
-    dest = {f.name: (prefix + f.name).replace("-", "_") for f in dataclasses.fields(cls)}
+    dest = {f.name: _dest(prefix, f.name) for f in dataclasses.fields(cls)}
     flags = {name: getattr(args, d) for name, d in dest.items() if hasattr(args, d)}
     flags = {k: tuple(v) if isinstance(v, list) else v for k, v in flags.items()}
     return cls(**{**flags, **given})
@@ -108,13 +117,11 @@ def flags_of(config: Any, *, prefix: str = "", switches: bool = False) -> list[s
     written out in full stays what it was when the defaults change."""
     out: list[str] = []
     for f in dataclasses.fields(config):
-        value, flag = getattr(config, f.name), "--" + (prefix + f.name).replace("_", "-")
+        value, flag = getattr(config, f.name), "--" + _dest(prefix, f.name).replace("_", "-")
         if isinstance(value, bool) and not switches:
             out.append(flag if value else "--no-" + flag[2:])
-        elif isinstance(value, bool):
-            out += [flag, "on" if value else "off"]
         elif isinstance(value, tuple):
             out += [flag, *map(str, value)]
         else:
-            out += [flag, "off" if value is None else str(value)]
+            out += [flag, flag_value(value)]
     return out

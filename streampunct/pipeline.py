@@ -56,16 +56,25 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Heard:
-    """What a recognition pass (or a catch-up, or the end of the audio) gives the driver: the
-    recogniser's words to show (``first``: the first committed word's index in the stream), the
-    audio skipped to catch up, and the calls to run on the punctuation stream, in order."""
+    """What a recognition pass (or a catch-up, or the end of the audio) gives the driver: its
+    hypothesis (the words to show, the audio skipped to catch up), ``first``, the index of its
+    first committed word in the stream, and the calls to run on the punctuation stream, in order."""
 
+    hypothesis: Hypothesis
     first: int
-    committed: tuple[Word, ...]
-    provisional: tuple[Word, ...]
-    skipped: Skip | None
     calls: tuple[Call, ...]
-    hypothesis: Hypothesis | None = None  # the pass's own report (None: the end of the audio)
+
+    @property
+    def committed(self) -> tuple[Word, ...]:
+        return tuple(self.hypothesis.committed)
+
+    @property
+    def provisional(self) -> tuple[Word, ...]:
+        return tuple(self.hypothesis.provisional)
+
+    @property
+    def skipped(self) -> Skip | None:
+        return self.hypothesis.skipped
 
 
 class CaptionPipeline:
@@ -84,8 +93,7 @@ class CaptionPipeline:
         self.inbox: list[tuple[np.ndarray, float | None]] = []  # audio not handed over yet, with its arrival
         self.inbox_samples = 0
         self.received = 0  # samples received: the stream time of the audio's end
-        # Stream time up to which no word waits uncommitted (None: speech may wait): see the pause clock.
-        self.quiet_until: float | None = None
+        self.quiet = False  # no word waits uncommitted, and no speech came since: see the pause clock
         self.words = 0  # committed words so far
         self.ends: dict[int, float] = {}  # end times of words not final yet (sentence-end feedback)
 
@@ -100,11 +108,11 @@ class CaptionPipeline:
         self.inbox.append((audio, now))
         self.inbox_samples += len(audio)
         self.received += len(audio)
-        if self.quiet_until is None:
+        if not self.quiet:
             return []
         if len(audio) and is_silence(audio):
             return [self._quiet()]
-        self.quiet_until = None
+        self.quiet = False
         return []
 
     def ready(self) -> bool:
@@ -130,19 +138,19 @@ class CaptionPipeline:
         clock at the first of them); quiet if it left no word provisional and none was said since."""
         first = self.words
         calls: list[Call] = [self._push(hyp.committed, hyp.provisional, hyp.complete_until)]
-        self.quiet_until = None
+        self.quiet = False
         if hyp.pass_ is not None and not hyp.provisional and self.options.pause_clock:
             since = self.recognizer.waiting + [a for a, _ in self.inbox]
             heard = np.concatenate(since) if since else np.zeros(0, dtype=np.float32)
             if not len(heard) or is_silence(heard):
                 calls.append(self._quiet())
-        return Heard(first, tuple(hyp.committed), tuple(hyp.provisional), hyp.skipped, tuple(calls), hyp)
+        return Heard(hyp, first, tuple(calls))
 
     def finish(self) -> Heard:
         """The end of the audio (blocks): the rest recognised and committed, every word final."""
         self.ready()
         first, rest = self.words, self.recognizer.finish()
-        return Heard(first, tuple(rest), (), None, (self._push(rest, [], None), Finish()))
+        return Heard(Hypothesis(rest, []), first, (self._push(rest, [], None), Finish()))
 
     def punctuated(self, events: Sequence[PunctEvent], call: Call) -> list[Caption]:
         """The stream's events for ``call``: the caption lines they close (all the rest after
@@ -155,7 +163,7 @@ class CaptionPipeline:
 
     def _push(self, committed: Sequence[Word], provisional: Sequence[Word], now: float | None) -> Push:
         self.captioner.add_words(self.words, committed)
-        if self.recognizer.sentence_ends == "punctuator":
+        if self.recognizer.options.sentence_ends == "punctuator":
             for i, w in enumerate(committed):
                 self.ends[self.words + i] = w.end or 0.0
         self.words += len(committed)
@@ -165,8 +173,8 @@ class CaptionPipeline:
 
     def _quiet(self) -> Tick:
         """No word waits uncommitted up to the audio received: the clock moves there."""
-        self.quiet_until = self.received / SAMPLE_RATE
-        return Tick(self.quiet_until)
+        self.quiet = True
+        return Tick(self.received / SAMPLE_RATE)
 
 
 @dataclass

@@ -76,7 +76,7 @@ def test_each_named_front_end_sets_every_recogniser_setting():
     for name, flags in FRONTENDS.items():
         args = build_parser().parse_args(flags.split())
         options = (
-            config_from_flags(args, RecognizerOptions, prefix="asr_"),
+            config_from_flags(args, RecognizerOptions, prefix="asr-"),
             config_from_flags(args, FrontEndOptions),
         )
         if name == "default":  # the server's defaults, whatever they are
@@ -85,7 +85,7 @@ def test_each_named_front_end_sets_every_recogniser_setting():
         given = [f for f in flags.split() if f.startswith("--")]
         assert len(given) == len(set(given)) == fields, (name, given)
     args = build_parser().parse_args(FRONTENDS["today"].split())
-    today = config_from_flags(args, RecognizerOptions, prefix="asr_")
+    today = config_from_flags(args, RecognizerOptions, prefix="asr-")
     assert (today.min_chunk_s, today.end_of_speech_s, today.prompt, today.encoder_pad_s) == (
         1.0,
         None,

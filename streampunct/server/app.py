@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     if bool(args.certfile) != bool(args.keyfile):
         ap.error("--certfile and --keyfile go together")
     try:
-        recognizer_options = config_from_flags(args, RecognizerOptions, prefix="asr_")
+        recognizer_options = config_from_flags(args, RecognizerOptions, prefix="asr-")
     except StreamPunctError as e:
         ap.error(str(e))
     handler = logging.StreamHandler(sys.stderr)

@@ -483,9 +483,8 @@ class AsrSession(Session):
                 end=round(skip.end, 3),
             )
             await self.send(P.Lag.over(skip.start, skip.end))
-        hyp = heard.hypothesis
-        if hyp is not None and hyp.pass_ is not None and log.isEnabledFor(logging.DEBUG):
-            p = hyp.pass_
+        p = heard.hypothesis.pass_
+        if p is not None and log.isEnabledFor(logging.DEBUG):
             log_event(
                 logging.DEBUG,
                 "asr_pass",

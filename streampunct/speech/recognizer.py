@@ -128,25 +128,8 @@ class StreamingRecognizer:
     def __init__(self, model: Any, options: RecognizerOptions | None = None, **overrides: Any):
         """``options`` (default: the shipped front end's, :class:`~streampunct.options.RecognizerOptions`),
         with ``overrides`` of its fields."""
-        o = replace(options or RecognizerOptions(), **overrides)  # checks them
-        self.options = o
+        self.options = replace(options or RecognizerOptions(), **overrides)  # checks them
         self.model = model
-        self.language = o.language
-        self.min_chunk_s = o.min_chunk_s
-        self.trim_after_s = o.trim_s
-        self.max_buffer_s = o.max_buffer_s
-        self.max_lag_s = o.max_lag_s  # None: never skip
-        self.resume_s = o.resume_s
-        self.beam_size = o.beam_size
-        self.confident = o.confident
-        self.end_of_speech_s = o.end_of_speech_s
-        self.prompt = o.prompt
-        self.settle_after_s = o.settle_after_s
-        self.settle_unsure_after_s = o.settle_unsure_after_s
-        self.encoder_pad_s = o.encoder_pad_s
-        self.context_s = o.context_s
-        self.agree_after_s = o.agree_after_s
-        self.sentence_ends = o.sentence_ends
         self.audio = np.zeros(0, dtype=np.float32)  # the buffer that is transcribed
         self.offset = 0.0  # stream time of the buffer's first sample
         self.waiting: list[np.ndarray] = []  # audio fed after the buffer, not transcribed yet
@@ -179,7 +162,7 @@ class StreamingRecognizer:
             self._anchor = late if self._anchor is None else max(self._anchor, late)
 
     def ready(self) -> bool:
-        return self.unprocessed >= self.min_chunk_s * SAMPLE_RATE
+        return self.unprocessed >= self.options.min_chunk_s * SAMPLE_RATE
 
     def lag(self, now: float | None = None) -> float:
         """Seconds of due audio waiting to be transcribed (due: real time has reached it)."""
@@ -196,7 +179,7 @@ class StreamingRecognizer:
         hypothesis at the end of speech); trim the buffer."""
         caught_up = self.catch_up(now)
         due = self.lag(now) * SAMPLE_RATE
-        new = self._take(max(int(round(due)), int(self.min_chunk_s * SAMPLE_RATE)))
+        new = self._take(max(int(round(due)), int(self.options.min_chunk_s * SAMPLE_RATE)))
         t0 = time.perf_counter()
         words, probabilities = self._transcribe()
         seconds = time.perf_counter() - t0
@@ -213,11 +196,11 @@ class StreamingRecognizer:
     def _policy(self, last_end: float) -> LocalAgreement:
         return LocalAgreement(
             last_end=last_end,
-            confident=self.confident,
-            settle_after_s=self.settle_after_s,
-            settle_unsure_after_s=self.settle_unsure_after_s,
-            context_s=self.context_s,
-            agree_after_s=self.agree_after_s,
+            confident=self.options.confident,
+            settle_after_s=self.options.settle_after_s,
+            settle_unsure_after_s=self.options.settle_unsure_after_s,
+            context_s=self.options.context_s,
+            agree_after_s=self.options.agree_after_s,
         )
 
     def _ends_in_silence(self, words: list[Word]) -> bool:
@@ -225,23 +208,23 @@ class StreamingRecognizer:
         ``end_of_speech_s`` before the end of the audio heard, and faster-whisper's VAD (Silero)
         hears no speech in that last stretch (a word's end time can be early: the VAD has the
         last word on what is sound)."""
-        if self.end_of_speech_s is None or not self.policy.previous:
+        if self.options.end_of_speech_s is None or not self.policy.previous:
             return False
         last = words[-1].end if words[-1].end is not None else self.processed_until
-        if self.processed_until - last < self.end_of_speech_s:
+        if self.processed_until - last < self.options.end_of_speech_s:
             return False
-        return is_silence(self.audio[-round(self.end_of_speech_s * SAMPLE_RATE) :])
+        return is_silence(self.audio[-round(self.options.end_of_speech_s * SAMPLE_RATE) :])
 
     def catch_up(self, now: float | None = None) -> Hypothesis | None:
         """Behind by more than ``max_lag_s``: commit the last hypothesis and skip to recent audio
         (module docstring); return the words committed and the skip, or None when not behind.
         Cheap (no model): ``process()`` calls it first, and a caller may call it before a pass to
         report the skip at once."""
-        if self.max_lag_s is None or self.lag(now) <= self.max_lag_s:
+        if self.options.max_lag_s is None or self.lag(now) <= self.options.max_lag_s:
             return None
         committed = self.policy.settle()
         start = self.processed_until
-        samples = round((self._due_until(now) - self.resume_s - start) * SAMPLE_RATE)  # < unprocessed
+        samples = round((self._due_until(now) - self.options.resume_s - start) * SAMPLE_RATE)  # < unprocessed
         self.history.extend(w.text for w in self.policy.committed)
         del self.history[:-60]
         waiting = np.concatenate(self.waiting)[samples:]
@@ -278,18 +261,22 @@ class StreamingRecognizer:
         """The buffer's words (stream times) and the recogniser's probability for each."""
         if len(self.audio) < SAMPLE_RATE // 10:
             return [], []
-        prompt = (" ".join(self.history)[-200:] or None) if self.prompt else None
+        prompt = (" ".join(self.history)[-200:] or None) if self.options.prompt else None
         seconds = len(self.audio) / SAMPLE_RATE
-        window = None if self.encoder_pad_s is None else max(seconds + self.encoder_pad_s, MIN_WINDOW_S)
+        window = (
+            None
+            if self.options.encoder_pad_s is None
+            else max(seconds + self.options.encoder_pad_s, MIN_WINDOW_S)
+        )
         words, probabilities = [], []
         with encoder_window(self.model, window):
             segments, _ = self.model.transcribe(
                 self.audio,
-                language=self.language,
+                language=self.options.language,
                 initial_prompt=prompt,
                 word_timestamps=True,
                 vad_filter=True,
-                beam_size=self.beam_size,
+                beam_size=self.options.beam_size,
                 temperature=0.0,  # one decode a pass, the same words every run: no fallback
                 condition_on_previous_text=False,
                 max_new_tokens=math.ceil(MAX_TOKENS_PER_S * seconds) + 10,
@@ -303,18 +290,18 @@ class StreamingRecognizer:
 
     def _sentence_end(self) -> float:
         """The end of the last committed sentence (0 if none): Whisper's or the caller's."""
-        if self.sentence_ends == "punctuator":
+        if self.options.sentence_ends == "punctuator":
             return self._reported_end
         marked = (w.end for w in reversed(self.policy.committed) if w.end and w.text.endswith(SENTENCE_MARKS))
         return next(marked, 0.0)
 
     def _trim(self) -> None:
         length = len(self.audio) / SAMPLE_RATE
-        sentence_end = self._sentence_end() if length > self.trim_after_s else 0.0
+        sentence_end = self._sentence_end() if length > self.options.trim_s else 0.0
         cut = None
         if sentence_end > self.offset:
             cut = sentence_end
-        elif length > self.max_buffer_s:
+        elif length > self.options.max_buffer_s:
             cut = self.policy.last_end if self.policy.last_end > self.offset else self.processed_until - 1.0
         if cut is None:
             return

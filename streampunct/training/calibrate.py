@@ -166,8 +166,8 @@ def _fused_decisions(
     correct, label = fusion.correct, stream._label
 
     def capture(x: torch.Tensor, features: Sequence[float] | None, ahead: int | None) -> torch.Tensor:
-        out = correct(x, features, ahead)
-        seen.append((out - fusion.offsets[ahead_slot(ahead)], ahead_slot(ahead)))
+        out, slot = correct(x, features, ahead), ahead_slot(ahead)
+        seen.append((out - fusion.offsets[slot], slot))
         return out
 
     def decide(t: int, ahead: int, x: torch.Tensor) -> int:
