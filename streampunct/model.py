@@ -374,13 +374,20 @@ class PunctModel(Encoder):
         self.set_label_bias(cfg.label_bias, cfg.window_bias)
 
     def with_pauses(
-        self, logits: torch.Tensor, features: Sequence[float] | None, ahead: int | None
+        self,
+        logits: torch.Tensor,
+        features: Sequence[float] | None,
+        ahead: int | None,
+        silence: bool = False,
     ) -> torch.Tensor:
         """A decision's logits corrected by its pause features (``prosody.pause_features``), when
-        the checkpoint has pause fusion, the word has times and the decision sees a word after it or
-        the fusion reads the recogniser's marks (at k=0 the pause after the word is unknown, and
-        the rest alone did not pay: docs/conversation.md); else unchanged."""
-        if self.pause_fusion is None or features is None or (ahead == 0 and not self.cfg.pause_marks):
+        the checkpoint has pause fusion, the word has times and the decision sees a word after it,
+        the silence after it (``silence``: decided at its deadline, ``PunctStream``) or the
+        fusion reads the recogniser's marks (at k=0 the pause after the word is unknown, and the
+        rest alone did not pay: docs/conversation.md); else unchanged."""
+        if self.pause_fusion is None or features is None:
+            return logits
+        if ahead == 0 and not (self.cfg.pause_marks or silence):
             return logits
         return self.pause_fusion.correct(logits, features, ahead)
 

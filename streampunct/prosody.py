@@ -7,8 +7,10 @@ model's logits and those numbers, adds its correction to the logits before the d
 
 The bound holds: the features of token ``t`` decided with ``ahead`` tokens after it read only
 the words up to ``t + ahead`` (the pause after ``t`` is the start of the next word, so at k=0 it
-is unknown until a later word arrives, and it is left out). The cost is a few hundred multiply-adds
-per decision. It is optional: a word without times, or a checkpoint without ``pause_fusion``,
+is unknown until a later word arrives, and it is left out). A stream with a time limit knows one
+more thing at a word's deadline when no word follows it: the silence heard after it, at least up
+to the deadline; the word is then decided with that silence as its pause (a time, no text). The
+cost is a few hundred multiply-adds per decision. It is optional: a word without times, or a checkpoint without ``pause_fusion``,
 decides from the text alone, exactly as before, and ``Punctuator.stream(pauses=False)`` turns it
 off. ``predict()`` on timed words applies the same function with the same lookahead, so a
 stream's final labels still equal ``predict()``'s.

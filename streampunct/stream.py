@@ -312,20 +312,36 @@ class PunctStream:
 
     def _label(self, t: int, ahead: int, logits: torch.Tensor) -> int:
         """Token ``t``'s label from its logits and, with pauses, its words' times: the word before
-        it and, when ``ahead`` reaches it, the word after it (nothing beyond the lookahead)."""
+        it and, when ``ahead`` reaches it, the word after it (nothing beyond the lookahead); a
+        word's last token decided at its deadline with nothing after it reads the silence heard
+        after it instead (:meth:`_silence_after`)."""
         if self.pauses:
             w = self._tok_word[t - self._tok_base]
             last = t + 1 == self._n_tokens or self._tok_word[t + 1 - self._tok_base] != w
             # a token before the first one kept is an earlier word's (see _forget)
             first = t == 0 or t - 1 < self._tok_base or self._tok_word[t - 1 - self._tok_base] != w
-            after = self._word_of(t + 1) if last and ahead >= 1 else None
-            before = self._words[w - 1 - self._word_base] if first and w > 0 else None
             word = self._words[w - self._word_base]
+            after = self._word_of(t + 1) if last and ahead >= 1 else None
+            silence = self._silence_after(word, t) if last and ahead == 0 else None
+            before = self._words[w - 1 - self._word_base] if first and w > 0 else None
             assert isinstance(self._model, PunctModel)  # self.pauses: a model with pause fusion
             cfg = self._model.cfg
-            features = pause_features(word, before, after, last, first, cfg.pause_marks, cfg.pause_continued)
-            logits = self._model.with_pauses(logits, features, ahead)
+            features = pause_features(
+                word, before, after or silence, last, first, cfg.pause_marks, cfg.pause_continued
+            )
+            logits = self._model.with_pauses(logits, features, ahead, silence is not None)
         return int(logits.argmax())
+
+    def _silence_after(self, word: Word, t: int) -> Word | None:
+        """A word decided at its deadline with no token after it: the silence heard after it, up
+        to the start of the word after it if one has arrived, else up to the deadline (the pause
+        is at least that long), as a word without text there; None when not at a deadline."""
+        deadline = self.policy.deadline(word)
+        if deadline is None or self._clock < deadline:
+            return None
+        start = self._word_of(t + 1).start if t + 1 < self._n_tokens else None
+        until = deadline if start is None else min(start, deadline)
+        return Word("", until, until)
 
     def _first_token_of(self, word: int) -> int:
         """The first token of ``word`` or of the first word after it that has tokens."""

@@ -126,7 +126,7 @@ def test_predict_tags_the_words_with_the_real_tagger(tagged):
 
 @pytest.mark.parametrize("k", [0, 2])
 def test_a_fused_stream_equals_predict(tagged, k):
-    words = varied_words(150, seed=20 + k)
+    words = varied_words(80, seed=20 + k)  # five windows of 16 tokens: forgetting included
     expected = tagged.predict(words, lookahead=k)
     assert run_stream(tagged.stream(lookahead=k), words, seed=k) == expected
     assert len(set(expected)) >= 2  # the labels vary: the comparison means something
@@ -178,10 +178,10 @@ def test_a_fused_stream_takes_revisions_and_time_limits(tagged):
 def test_fused_streams_batch_with_plain_ones(tagged, tiny):
     """The scheduler's batch over fused and plain streams (two models) gives each stream's events."""
     specs = [(tagged, 2), (tiny, 1), (tagged, 0)]
-    texts = [varied_words(120, seed=30 + i) for i in range(len(specs))]
+    texts = [varied_words(60, seed=30 + i) for i in range(len(specs))]
     alone = [p.stream(lookahead=k) for p, k in specs]
     batched = [p.stream(lookahead=k) for p, k in specs]
-    for start in range(0, 120, 3):
+    for start in range(0, 60, 3):
         jobs = [Job(s, Push(tuple(t[start : start + 3]))) for s, t in zip(batched, texts)]
         assert run_batch(jobs) == [s.push(t[start : start + 3]) for s, t in zip(alone, texts)]
     assert run_batch([Job(s, Finish()) for s in batched]) == [s.finish() for s in alone]

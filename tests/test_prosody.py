@@ -183,6 +183,26 @@ def test_a_stream_decides_as_predict_does_and_within_its_lookahead(
     assert p.predict(later, k, engine)[cut] == p.predict(words, k, engine)[cut]
 
 
+def test_a_word_decided_at_its_deadline_hears_the_silence_after_it():
+    """With a time limit, a word that nothing follows by its deadline is decided with the silence
+    heard after it as its pause (the shipped default, k=2, the clients' 1.5 s limit): a sentence
+    that the text alone leaves open ends there; "and" does not end one; and the silence counts
+    only once the deadline has passed (at the end of the stream before it, the text decides)."""
+    p = Punctuator.load(device="cpu")
+
+    def last_label(text: str, pauses: bool, tick: bool) -> str:
+        words = [Word(w, 0.3 * i, 0.3 * i + 0.25) for i, w in enumerate(text.split())]
+        s = p.stream(lookahead=2, max_delay_ms=1500, pauses=pauses)
+        events = s.push(words, now=words[-1].end)
+        events += s.tick(words[-1].end + 1.5) if tick else s.finish()
+        return [e.label for e in events if e.final and e.index == len(words) - 1][0]
+
+    assert last_label("we talked about the weather", pauses=False, tick=True) == "O"
+    assert last_label("we talked about the weather", pauses=True, tick=True) == "PERIOD"
+    assert last_label("we talked about the weather", pauses=True, tick=False) == "O"
+    assert last_label("we went to the shop and", pauses=True, tick=True) == "O"
+
+
 def test_token_features_follow_the_words_of_split_tokens():
     words = [Word("i", 0.0, 0.1), Word("don't", 0.5, 0.8), Word("know", 1.8, 2.0)]
     feats = token_features(words, [0, 1, 1, 2], [None] * 4)

@@ -34,7 +34,7 @@ from streampunct.engines import make_engine
 from streampunct.light import LightConfig, LightModel
 from streampunct.model import ModelConfig, PunctModel
 from streampunct.pieces import WordPieces
-from streampunct.prosody import token_features
+from streampunct.prosody import pause_features, token_features
 from streampunct.punctuator import DEFAULT_CHECKPOINT
 from streampunct.stream import PunctStream, Word
 from streampunct.text import LABELS, normalize, normalize_text
@@ -94,9 +94,10 @@ class StreamMachine(RuleBasedStateMachine):
         self.words: list[Word] = []  # the words as they stand now
         self.tentative: list[Word] = []  # the recogniser's guess after them, lookahead only
         self.finals: dict[int, str] = {}
-        # (words it saw, whether it had its full lookahead, the epoch, index, label); an epoch
-        # ends at each revision, and its longest text is the last one before it.
-        self.checks: list[tuple[tuple[Word, ...], bool, int, int, str]] = []
+        # (words it saw, whether it had its full lookahead, where the silence it heard after it
+        # ends, the epoch, index, label); an epoch ends at each revision, and its longest text is
+        # the last one before it.
+        self.checks: list[tuple[tuple[Word, ...], bool, float | None, int, int, str]] = []
         self.epochs: list[tuple[Word, ...]] = [()]
         self.clock = -math.inf  # the recogniser's clock as the stream sees it
         self.time = 0.0  # where the next word starts
@@ -126,8 +127,8 @@ class StreamMachine(RuleBasedStateMachine):
                 assert e.index not in self.finals, f"word {e.index} made final twice"
                 assert e.index == len(self.finals), "final decisions come in word order"
                 self.finals[e.index] = e.label
-                seen, full = self._seen(e.index, words_now)
-                self.checks.append((tuple(seen), full, len(self.epochs) - 1, e.index, e.label))
+                seen, full, silence = self._seen(e.index, words_now)
+                self.checks.append((tuple(seen), full, silence, len(self.epochs) - 1, e.index, e.label))
             else:
                 assert e.index not in self.finals, f"a provisional event for final word {e.index}"
         assert self.stream.n_final == len(self.finals)
@@ -136,10 +137,12 @@ class StreamMachine(RuleBasedStateMachine):
         if tentative:  # the next call replaces them: what follows is another text
             self.epochs.append(())
 
-    def _seen(self, i: int, words: list[Word]) -> tuple[list[Word], bool]:
-        """The words that decide word ``i``'s final label now, and whether they give it its full
-        lookahead: up to its k-th token after it or, when the clock has passed the word's
-        deadline, the words that had ended by then (the stream's documented rule)."""
+    def _seen(self, i: int, words: list[Word]) -> tuple[list[Word], bool, float | None]:
+        """The words that decide word ``i``'s final label now, whether they give it its full
+        lookahead, and the silence it heard: up to its k-th token after it or, when the clock has
+        passed the word's deadline, the words that had ended by then; with none of them, the
+        silence after it up to the next word's start or the deadline, whichever is first (the
+        stream's documented rule)."""
         w = words[i]
         deadline = None if self.delay is None or w.end is None else w.end + self.delay / 1000
         if deadline is not None and self.clock < deadline:
@@ -151,7 +154,11 @@ class StreamMachine(RuleBasedStateMachine):
                 break
             j += tokens_of(words[n])
             n += 1
-        return words[:n], j >= self.k
+        if deadline is None or j or not tokens_of(w):
+            return words[:n], j >= self.k, None
+        starts = [u.start for u in words[i + 1 :] if tokens_of(u)]
+        until = deadline if not starts or starts[0] is None else min(starts[0], deadline)
+        return words[:n], False, until
 
     def _tick(self, now: float | None) -> None:
         if now is not None:
@@ -246,17 +253,19 @@ class StreamMachine(RuleBasedStateMachine):
             return
         self.finish()
         by_text: dict[tuple[Word, ...], list[tuple[int, str]]] = {}
-        for seen, full, epoch, i, label in self.checks:
+        for seen, full, silence, epoch, i, label in self.checks:
             if full or self.p.model.cfg.n_tags:  # a fused model's early decisions: the finish's
                 by_text.setdefault(self.epochs[epoch] if full else seen, []).append((i, label))
             else:
-                assert label == self._decided_early(seen, i), f"word {i} of {len(seen)}, decided early"
+                assert label == self._decided_early(seen, i, silence), (
+                    f"word {i} of {len(seen)}, decided early"
+                )
         for text, decided in by_text.items():
             expected = self.p.predict(list(text), lookahead=self.k, engine=self.engine)
             for i, label in decided:
                 assert label == expected[i], f"word {i} of {len(text)}: {label}; predict() says {expected[i]}"
 
-    def _decided_early(self, seen: tuple[Word, ...], i: int) -> str:
+    def _decided_early(self, seen: tuple[Word, ...], i: int, silence: float | None) -> str:
         tokens, source = normalize_text([w.text for w in seen])
         mine = [t for t, word in enumerate(source) if word == i]
         if not mine:
@@ -270,7 +279,14 @@ class StreamMachine(RuleBasedStateMachine):
         features = token_features(
             list(seen), source, [ahead] * len(tokens), cfg.pause_marks, cfg.pause_continued
         )[t]
-        return LABELS[int(self.p.model.with_pauses(logits, features, ahead).argmax())]
+        if silence is not None:  # heard after the word, as a pause up to a word without text
+            first = source.index(i) == t
+            before = seen[i - 1] if first and i > 0 else None
+            after = Word("", silence, silence)
+            features = pause_features(
+                seen[i], before, after, True, first, cfg.pause_marks, cfg.pause_continued
+            )
+        return LABELS[int(self.p.model.with_pauses(logits, features, ahead, silence is not None).argmax())]
 
 
 TestTinyStream = StreamMachine.TestCase

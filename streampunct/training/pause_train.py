@@ -9,7 +9,9 @@ with the marks shuffled), so that the fusion learns how far to trust a pause; wi
 words also carry the marks a recogniser might have written
 (:func:`~streampunct.prosody.synthetic_marks`; none at all for a share ``unmarked``). The
 checkpoint computes each token's logits, decision offsets included, at each lookahead as a stream
-decides it (``min(k, tokens left)``); the fusion learns its correction by cross-entropy, then the
+decides it (``min(k, tokens left)``) and, with a time limit (``max_delay_ms``), the decisions a
+stream makes at a word's deadline with no word after it, which read the silence heard after the
+word (:meth:`streampunct.stream.PunctStream._label`); the fusion learns its correction by cross-entropy, then the
 output checkpoint is the input one with ``pause_hidden`` (and ``pause_marks``) set and the
 fusion's weights added.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import shutil
 import time
 from dataclasses import dataclass, replace
@@ -32,11 +35,21 @@ from ..engines import token_logits
 from ..errors import InputError
 from ..metrics import score
 from ..model import PunctModel
+from ..options import StreamOptions
 from ..pieces import WordPieces
 from ..processes import in_processes
-from ..prosody import N_FEATURES, PauseFusion, ahead_slot, synthetic_marks, synthetic_times, token_features
+from ..prosody import (
+    N_FEATURES,
+    PauseFusion,
+    ahead_slot,
+    pause_features,
+    synthetic_marks,
+    synthetic_times,
+    token_features,
+)
 from ..punctuator import resolve_device
 from ..text import LABEL_ID, LABELS, normalize_labeled, read_iwslt
+from ..types import Lookahead, Word
 from .calibrate import tune_offsets
 
 __all__ = ["PauseTrainConfig", "train_pauses"]
@@ -55,6 +68,7 @@ class PauseTrainConfig:
     marks: bool = True
     unmarked: float = 0.2
     continued: bool = True
+    max_delay_ms: float | None = StreamOptions.max_delay_ms
     hidden: int = 32
     epochs: int = 30
     lr: float = 3e-3
@@ -78,6 +92,7 @@ class PauseTrainConfig:
         "marks": "also learn from the marks the recogniser wrote (Whisper's own)",
         "unmarked": "share of segments whose recogniser writes no marks",
         "continued": "also learn from a sentence-end mark the recogniser went on from in lower case",
+        "max_delay_ms": "the streams' time limit: also learn the decisions at a deadline, from the silence",
         "hidden": "width of the fusion's hidden layer",
         "engine": "the engine whose logits the fusion corrects",
         "workers": "processes that compute the text model's logits (each with its share of the cores)",
@@ -108,14 +123,45 @@ def _rows(model, pieces, segments, cfg, rng):
     rows = iter(logits_of)
     for tokens, labels, words in timed:
         n = len(tokens)
+        at = {k: next(rows) for k in cfg.lookaheads}
         for k in cfg.lookaheads:
             ahead = [None if k is None else min(k, n - 1 - t) for t in range(n)]
             features = token_features(words, list(range(n)), ahead, cfg.marks, cfg.continued)
-            logits.append(next(rows))
+            logits.append(at[k])
             feats.append(torch.tensor(features, dtype=torch.float32))
             slots.append(torch.tensor([ahead_slot(a) for a in ahead]))
             targets.append(torch.tensor([LABEL_ID[lab] for lab in labels]))
+        if cfg.max_delay_ms is not None and 0 in at:
+            for t, features in _silences(words, cfg):
+                logits.append(at[0][t : t + 1])
+                feats.append(torch.tensor([features], dtype=torch.float32))
+                slots.append(torch.tensor([ahead_slot(0)]))
+                targets.append(torch.tensor([LABEL_ID[labels[t]]]))
     return torch.cat(logits), torch.cat(feats), torch.cat(slots), torch.cat(targets)
+
+
+def _silences(words: list[Word], cfg: PauseTrainConfig) -> list[tuple[int, list[float]]]:
+    """The words a stream at some trained lookahead k >= 1 decides at their deadline with no word
+    after them, each once, with its features: the silence after it up to the next word's start or
+    the deadline, as :meth:`~streampunct.stream.PunctStream._label` reads it (one word a token)."""
+    out = []
+    ks = [k for k in cfg.lookaheads if k]
+    for t, word in enumerate(words):
+        following = words[t + 1 :]
+        if not any(Lookahead(k, cfg.max_delay_ms).ahead(word, following, math.inf) == 0 for k in ks):
+            continue
+        deadline = Lookahead(1, cfg.max_delay_ms).deadline(word)
+        assert deadline is not None  # synthetic words have times
+        until = (
+            min(following[0].start, deadline) if following and following[0].start is not None else deadline
+        )
+        silence = Word("", until, until)
+        features = pause_features(
+            word, words[t - 1] if t else None, silence, True, True, cfg.marks, cfg.continued
+        )
+        if features is not None:
+            out.append((t, features))
+    return out
 
 
 _WORKER: dict = {}  # a worker process's model and word pieces (in_processes)
@@ -203,8 +249,10 @@ def train_pauses(cfg: PauseTrainConfig) -> dict:
         unmarked = dev[1].clone()
         unmarked[:, N_FEATURES:] = 0  # the same words from a recogniser that writes no marks
         fused_unmarked = fusion(dev[0], unmarked, dev[2]).argmax(-1)
-    for slot, k in enumerate(("0", "1", "2", "3+", "offline")):
-        keep = dev[2] == slot
+    # a word's own pause after it at k=0: only the silence at a deadline (every token is a word here)
+    silence = (dev[2] == 0) & (dev[1][:, 0] == 1)
+    groups = [(k, dev[2] == slot) for slot, k in enumerate(("0", "1", "2", "3+", "offline"))]
+    for k, keep in groups + [("0 at a deadline, after a silence", silence)]:
         if keep.any():
             report["by_lookahead"][k] = {
                 "text": round(_f1(dev[0][keep].argmax(-1), dev[3][keep]), 2),
