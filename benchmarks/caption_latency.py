@@ -25,7 +25,7 @@ Live runs of the same audio differ, as the passes fall at other moments: ``--run
 each front end N times, interleaved, and reports the words of all runs pooled, each run beside.
 
 Accuracy on the same run: WER (jiwer, on normalised tokens) and punctuation micro-F1, with the
-reference marks aligned onto the recognised words by edit distance (benchmarks/e2e.py).
+reference marks aligned onto the recognised words by edit distance (streampunct.scoring).
 Writes ``benchmarks/results/caption_latency.json``; the timelines go to ``--timelines`` (for
 ``benchmarks/latency_f1.py``, which replays them for other lookaheads).
 """
@@ -46,14 +46,13 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, percentile, update_readme, write_json  # noqa: E402
-from e2e import CLIP_GAP_S, clip_pairs, read_wav, silence  # noqa: E402
+from common import CLIP_GAP_S, clip_pairs, machine, percentile, read_wav, silence, update_readme, write_json  # noqa: E402
 
 from streampunct import protocol as P  # noqa: E402
 from streampunct.clients.file import load_audio, stream_file  # noqa: E402
 from streampunct.flags import flags_of  # noqa: E402
 from streampunct.options import FrontEndOptions, RecognizerOptions  # noqa: E402
-from streampunct.scoring import compare, metrics, pool, reference, word_tokens  # noqa: E402
+from streampunct.scoring import accuracy, metrics, pool  # noqa: E402
 from streampunct.text import normalize  # noqa: E402
 
 # The front end before each setting came (``today`` and the first ones were measured so): a named
@@ -206,14 +205,6 @@ def server_log(
             push = {"clock": entry["t"] - started, "first": entry["first"], "words": entry["words"]}
             pushes.append({**push, "now": entry["now"], "tentative": entry.get("tentative", [])})
     return passes, sent, pushes
-
-
-def accuracy(words: list[dict[str, Any]], text: str) -> dict[str, Any]:
-    ref_tokens, ref_labels = reference(text)
-    hyp_tokens, hyp_labels = word_tokens([w["text"] for w in words], [w.get("label", "O") for w in words])
-    c = compare(ref_tokens, ref_labels, hyp_tokens, hyp_labels)
-    c["jiwer"] = (" ".join(ref_tokens), " ".join(hyp_tokens) or "-")
-    return c
 
 
 def summarise(words: list[dict[str, Any]], passes: list[dict], parts: list[dict]) -> dict[str, Any]:

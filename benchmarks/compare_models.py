@@ -6,8 +6,8 @@
 Each model labels the words of ``--data`` (``word<TAB>LABEL``, as ``streampunct evaluate`` reads
 it) in each mode, under its own engine (``auto``); every model after the first is compared with
 the first on the same words by a paired bootstrap over consecutive blocks of ``--block`` words
-(``paired.paired``: the difference in micro-F1, its 95 % interval, and the share of resamples in
-which the later model is worse). For decisions, on dev data only. Writes
+(``streampunct.scoring.paired``: the difference in micro-F1, its 95 % interval, and the share of
+resamples in which the later model is worse). For decisions, on dev data only. Writes
 ``benchmarks/results/compare_models.json`` (``--out NAME``: NAME.json).
 """
 
@@ -21,10 +21,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, write_json  # noqa: E402
-from paired import TALLY, paired  # noqa: E402
 
 from streampunct import Punctuator, read_iwslt  # noqa: E402
 from streampunct.metrics import count  # noqa: E402
+from streampunct.scoring import TALLY, paired  # noqa: E402
 
 
 def block_tallies(labels: list[str], predicted: list[str], block: int) -> dict[int, np.ndarray]:

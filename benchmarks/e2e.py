@@ -94,8 +94,9 @@ misses (``streampunct.metrics.count``) go to the unit of the reference token the
 (an inserted token's to the unit of the reference token before it; a deleted token's mark, moved
 onto the hypothesis token before it, to that token's unit). Resampling the units, the same
 for both systems (``--draws`` 10000, seed 0), gives the difference in micro-F1 and WER with its
-95% interval and the share of resamples in which streampunct is worse (``paired.paired``). Marks
-lost before the first hypothesis token count in neither, as in the table.
+95% interval and the share of resamples in which streampunct is worse
+(``streampunct.scoring.paired``). Marks lost before the first hypothesis token count in neither,
+as in the table.
 """
 
 from __future__ import annotations
@@ -117,7 +118,19 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import RESULTS, machine, write_json  # noqa: E402
+from common import (  # noqa: E402
+    CLIP_GAP_S,
+    RESULTS,
+    SETS,
+    STREAM_ASR,
+    clip_pairs,
+    load_recordings,
+    machine,
+    read_wav,
+    silence,
+    streamed_words,
+    write_json,
+)
 
 from streampunct import Punctuator  # noqa: E402
 from streampunct.flags import number_or_off  # noqa: E402
@@ -126,18 +139,25 @@ from streampunct.options import FrontEndOptions, RecognizerOptions, StreamOption
 from streampunct.pipeline import CaptionPipeline, call_to_json, calls_from_json, simulate  # noqa: E402
 from streampunct.processes import in_processes  # noqa: E402
 from streampunct.punctuator import SHIPPED_MODELS, checkpoint_dir  # noqa: E402
-from streampunct.scoring import compare, metrics, pool, reference, whisper_tokens, word_tokens  # noqa: E402
+from streampunct.scoring import (  # noqa: E402
+    TALLY,
+    compare,
+    metrics,
+    paired,
+    pool,
+    reference,
+    whisper_tokens,
+    word_tokens,
+)
 from streampunct.speech import SAMPLE_RATE, StreamingRecognizer, resolve_asr_model  # noqa: E402
 from streampunct.stream import Push  # noqa: E402
 from streampunct.text import normalize_labeled, read_iwslt, render  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CHUNK_S = 0.25  # audio fed to the recogniser per step (as streampunct/clients/file.py sends it)
-CLIP_GAP_S = 1.0  # silence between joined human clips
 TURN_GAP_S = (0.3, 0.8)  # silence between conversation turns
 TARGET_S = 300.0  # length of each synthetic recording
 MONOLOGUE_WORDS = 800
-STREAM_ASR = "tiny.en"
 # The live path's code, where it changes what a stream hears without a setting: 2 since the
 # recogniser's passes decode once, with no temperature fallback (2026-11-26; before it, 1, the same
 # audio streamed twice could give other words); 3 since the recording is the caption pipeline's
@@ -148,14 +168,6 @@ OFFLINE_ASR = ("tiny.en", "base")
 # The streamed words' time limit: the clients' default (the other words have none: predict's labels).
 LIVE_DELAY_MS = StreamOptions.max_delay_ms
 WORDS = ("streamed", *(f"offline:{a}" for a in OFFLINE_ASR), "reference")  # score --words
-SETS = {
-    "synthetic_conversation": "synthetic conversation",
-    "synthetic_monologue": "synthetic monologue",
-    "human": "human",
-    "human_extra": "human (extra)",
-    "speech_dev": "speech dev",
-    "speech_test": "speech test",
-}
 # The human conversational speech sets (``record --speech DIR``), fixed once, by case: each case is
 # one consultation with its own speakers and story, so no conversation is split across dev and
 # test; each set has two cardiac (CAR) and two gastrointestinal (GAS) cases, the lower numbers in
@@ -225,10 +237,6 @@ def words_to_punctuate(recording: dict, words: str) -> dict | None:
     return {"calls": [{"push": ws, "now": None, "tentative": []}, {"finish": True}]}
 
 
-def streamed_words(asr: dict) -> list[dict]:
-    return [w for c in asr["calls"] if "push" in c for w in c["push"]]
-
-
 # --- audio -------------------------------------------------------------------------------------
 
 
@@ -247,10 +255,6 @@ def espeak(text: str, voice: str, wpm: int, tmp: Path) -> np.ndarray:
     return decode_audio(str(wav), sampling_rate=SAMPLE_RATE)
 
 
-def silence(seconds: float) -> np.ndarray:
-    return np.zeros(int(round(seconds * SAMPLE_RATE)), dtype=np.float32)
-
-
 def write_wav(path: Path, audio: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2")
@@ -259,12 +263,6 @@ def write_wav(path: Path, audio: np.ndarray) -> None:
         w.setsampwidth(2)
         w.setframerate(SAMPLE_RATE)
         w.writeframes(pcm.tobytes())
-
-
-def read_wav(path: Path) -> np.ndarray:
-    with wave.open(str(path), "rb") as w:
-        assert w.getframerate() == SAMPLE_RATE and w.getnchannels() == 1
-        return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float32) / 32768.0
 
 
 def sentences(tokens: Sequence[str], labels: Sequence[str]) -> list[tuple[list[str], list[str]]]:
@@ -337,18 +335,6 @@ def join_clips(clips: Sequence[tuple[Path, Path]]) -> tuple[str, np.ndarray, dic
         pieces.append(decode_audio(str(wav), sampling_rate=SAMPLE_RATE))
         texts.append(" ".join(txt.read_text(encoding="utf-8").split()))
     return " ".join(texts), np.concatenate(pieces), {"clips": [c[0].name for c in clips], "gap_s": CLIP_GAP_S}
-
-
-AUDIO_SUFFIXES = (".wav", ".mp3", ".flac")
-
-
-def clip_pairs(folder: Path) -> list[tuple[Path, Path]]:
-    """NAME.wav (or .mp3, .flac) with NAME.txt, by name."""
-    return [
-        (a, a.with_suffix(".txt"))
-        for a in sorted(folder.iterdir())
-        if a.suffix in AUDIO_SUFFIXES and a.with_suffix(".txt").is_file()
-    ]
 
 
 def clip_seconds(path: Path) -> float:
@@ -723,12 +709,10 @@ def table(results: dict, sets: Sequence[str]) -> str:
 
 def unit_tallies(c: dict, unit_tokens: int = UNIT_TOKENS) -> dict[int, np.ndarray]:
     """One recording's comparison (:func:`compare`) per unit of ``unit_tokens`` consecutive
-    reference tokens: ``paired.TALLY`` (word errors, reference tokens, true positives, false
-    positives and misses over the marks). A step of the alignment, and the marks of its hypothesis
+    reference tokens: ``streampunct.scoring.TALLY`` (word errors, reference tokens, true positives,
+    false positives and misses over the marks). A step of the alignment, and the marks of its hypothesis
     token, count in the unit of its reference token; an inserted token's in the unit of the
     reference token before it (the first unit if none). Summed over the units: the table's counts."""
-    from paired import TALLY
-
     out: dict[int, np.ndarray] = {}
     hyp_of: dict[int, list[int]] = {}  # a unit's hypothesis tokens
     unit = 0
@@ -777,10 +761,9 @@ def bootstrap(
     draws: int = 10000,
     seed: int = 0,
 ) -> dict:
-    """Per speech set, ``system`` against each of ``against`` (``paired.paired``: micro-F1 and WER,
-    a - b, 95% intervals, the share of resamples in which ``system`` is worse), on the same units."""
-    from paired import paired
-
+    """Per speech set, ``system`` against each of ``against`` (``streampunct.scoring.paired``:
+    micro-F1 and WER, a - b, 95% intervals, the share of resamples in which ``system`` is worse), on
+    the same units."""
     out: dict[str, dict] = {}
     for set_name in SPEECH_SPLIT:
         a = set_units(recordings, compared[system], set_name, unit_tokens)
@@ -822,15 +805,6 @@ def chart(results: dict, sets: Sequence[str], path: Path) -> None:
     ax.grid(axis="y", alpha=0.3)
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
-
-
-def load_recordings(cache: Path) -> list[dict]:
-    recs = [json.loads(p.read_text()) for p in sorted(cache.glob("*.json"))]
-    recs = [r for r in recs if STREAM_ASR in r.get("streaming", {})]
-    if not recs:
-        raise SystemExit(f"{cache}: no recorded recordings; run `record` first")
-    order = list(SETS)
-    return sorted(recs, key=lambda r: (order.index(r["set"]), r["name"]))
 
 
 _WORKER: dict = {}  # a scoring worker's recordings and punctuators (score --workers)

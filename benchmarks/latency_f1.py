@@ -34,13 +34,11 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from caption_latency import accuracy  # noqa: E402
-from common import RESULTS, machine, percentile, update_readme  # noqa: E402
-from emission_delay import transcribe  # noqa: E402
+from common import RESULTS, machine, percentile, replay, transcribe, update_readme  # noqa: E402
 
 from streampunct import Punctuator  # noqa: E402
 from streampunct.prosody import synthetic_times  # noqa: E402
-from streampunct.scoring import metrics, pool  # noqa: E402
+from streampunct.scoring import accuracy, metrics, pool  # noqa: E402
 from streampunct.speech import resolve_asr_model  # noqa: E402
 from streampunct.training.conversation import labeled_words  # noqa: E402
 from streampunct.types import Word  # noqa: E402
@@ -100,27 +98,6 @@ def punctuator_panel(results: Path, delays: dict[str, dict]) -> list[dict[str, A
 
 
 # --- (b) the pipeline --------------------------------------------------------------------------
-
-
-def replay(p: Punctuator, stream: dict[str, Any], k: int, max_delay_ms: float) -> list[dict[str, Any]]:
-    """The recorded pushes into a fresh stream of lookahead k: each word with its final label and
-    the clock (audio seconds) at which it became final. The recogniser's provisional words go with
-    each push as tentative lookahead where the live run had them (``--provisional-lookahead on``)."""
-    words = [Word(w["text"], w["start"], w["end"]) for w in stream["words"]]
-    s = p.stream(lookahead=k, max_delay_ms=max_delay_ms)
-    out = [{"text": w.text, "end": w.end} for w in words]
-
-    def take(events, clock: float) -> None:
-        for e in events:
-            if e.final:
-                out[e.index].update(label=e.label, final=clock)
-
-    for push in stream["pushes"]:
-        guess = [Word(w["text"], w["start"], w["end"]) for w in push.get("tentative", [])]
-        pushed = words[push["first"] : push["first"] + push["words"]]
-        take(s.push(pushed, now=push["now"], tentative=guess), push["clock"])
-    take(s.finish(), stream["end_clock"])
-    return out
 
 
 def pipeline_panel(p: Punctuator, timelines: Path, max_delay_ms: float) -> list[dict[str, Any]]:
@@ -277,7 +254,7 @@ def main() -> None:
 
     p = Punctuator.load(None, device="cpu")
     if args.quick or not args.audio:
-        tokens, labels = labeled_words(QUICK_TEXT * 4, turn_end=False)
+        tokens, labels = labeled_words(QUICK_TEXT * 2, turn_end=False)
         words = synthetic_times(tokens, labels, np.random.default_rng(0))
         source = "synthetic timings"
     else:

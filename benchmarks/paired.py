@@ -4,17 +4,19 @@
         --frontend whisper-ends --against today [--lookahead 2] [--out paired.json]
 
 ``benchmarks/caption_latency.py --timelines DIR`` records each front end's live run; the same
-recording replayed into a fresh stream (``latency_f1.py``'s replay, time limit 1500 ms as live)
-gives back the marks it had. Each stream is cut into units of ``--unit-s`` seconds of its audio
-(by each recognised word's end), and each unit tallies the word errors, reference words and the
-punctuation's true positives, false positives and misses of both front ends. Resampling the units
-(with replacement, the same units for both) gives the spread of the differences in micro-F1 and
-WER that other audio like this one would show: a 95% interval, and the share of resamples in which
+recording replayed into a fresh stream (``replay`` of ``benchmarks/common.py``, as
+``latency_f1.py`` replays it; time limit 1500 ms as live) gives back the marks it had. Each stream
+is cut into units of ``--unit-s`` seconds of its audio (by each recognised word's end), and each
+unit tallies the word errors, reference words and the punctuation's true positives, false
+positives and misses of both front ends. Resampling the units (``streampunct.scoring.paired``:
+with replacement, the same units for both) gives the spread of the differences in micro-F1 and WER
+that other audio like this one would show: a 95% interval, and the share of resamples in which
 ``--frontend`` is worse. A set with few marks (the clips: 33) cannot tell a mark or two apart.
 Runs of the same stream (``--runs N``, or folders of other runs) add up in each unit.
 
-WER here counts the edits of the alignment that moves the reference marks (``benchmarks/e2e.py``),
-on the same tokens as jiwer's; it can differ from jiwer's by a few hundredths.
+WER here counts the edits of the alignment that moves the reference marks
+(``streampunct.scoring``), on the same tokens as jiwer's; it can differ from jiwer's by a few
+hundredths.
 
 Writes ``benchmarks/results/paired.json`` (``--out``).
 """
@@ -30,15 +32,12 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from caption_latency import accuracy  # noqa: E402
-from common import machine, write_json  # noqa: E402
-from latency_f1 import replay  # noqa: E402
+from common import machine, replay, write_json  # noqa: E402
 
 from streampunct import Punctuator  # noqa: E402
 from streampunct.metrics import count  # noqa: E402
+from streampunct.scoring import TALLY, accuracy, paired  # noqa: E402
 from streampunct.text import normalize  # noqa: E402
-
-TALLY = ("edits", "ref_words", "tp", "fp", "fn")
 
 
 def tallies(words: list[dict[str, Any]], text: str, unit_s: float) -> dict[int, np.ndarray]:
@@ -66,39 +65,6 @@ def tallies(words: list[dict[str, Any]], text: str, unit_s: float) -> dict[int, 
         n = count(refs, hyps)
         marks = [sum(n.tp.values()), sum(n.fp.values()), sum(n.fn.values())]
         row(unit)[2:] += marks
-    return out
-
-
-def micro_f1(t: np.ndarray) -> np.ndarray:
-    """Micro-F1 over the marks (%) from tallies summed over units (any leading axes)."""
-    tp, fp, fn = t[..., 2], t[..., 3], t[..., 4]
-    return np.where(tp > 0, 200 * tp / np.maximum(2 * tp + fp + fn, 1), 0.0)
-
-
-def wer(t: np.ndarray) -> np.ndarray:
-    return 100 * t[..., 0] / np.maximum(t[..., 1], 1)
-
-
-def paired(a: dict[Any, np.ndarray], b: dict[Any, np.ndarray], draws: int = 10000, seed: int = 0) -> dict:
-    """Front end ``a`` against ``b`` on the same units: each one's micro-F1 and WER, the differences
-    (a - b), their 95% bootstrap intervals, and the share of resamples in which ``a`` is worse."""
-    keys = sorted(set(a) | set(b), key=str)
-    zero = np.zeros(len(TALLY), dtype=np.int64)
-    ta = np.stack([a.get(k, zero) for k in keys])
-    tb = np.stack([b.get(k, zero) for k in keys])
-    idx = np.random.default_rng(seed).integers(0, len(keys), (draws, len(keys)))
-    sa, sb = ta[idx].sum(axis=1), tb[idx].sum(axis=1)
-    # marks: the reference's, as aligned onto a's words (its true positives and misses)
-    out: dict[str, Any] = {"units": len(keys), "marks": int(ta[:, 2].sum() + ta[:, 4].sum())}
-    for name, f, worse in (("micro_f1", micro_f1, np.less), ("wer", wer, np.greater)):
-        diff = f(sa) - f(sb)
-        out[name] = {
-            "a": round(float(f(ta.sum(axis=0))), 2),
-            "b": round(float(f(tb.sum(axis=0))), 2),
-            "diff": round(float(f(ta.sum(axis=0)) - f(tb.sum(axis=0))), 2),
-            "ci95": [round(float(x), 2) for x in np.percentile(diff, [2.5, 97.5])],
-            "p_worse": round(float(worse(diff, 0).mean()), 3),
-        }
     return out
 
 

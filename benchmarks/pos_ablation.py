@@ -26,8 +26,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, percentile, update_readme, write_json  # noqa: E402
-from stream_latency import time_pushes  # noqa: E402
+from common import machine, percentile, time_pushes, update_readme, write_json  # noqa: E402
 
 from streampunct import Punctuator, score  # noqa: E402
 from streampunct.engines import label_tokens  # noqa: E402

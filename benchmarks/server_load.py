@@ -5,7 +5,7 @@
     python benchmarks/server_load.py --quick                          # a tiny version of all (< 30 s)
     python benchmarks/server_load.py --docs-only                      # the docs tables from the results
 
-Each section runs against fresh servers (`benchmarks/soak.py`'s ``start_server``: `streampunct
+Each section runs against fresh servers (`benchmarks/common.py`'s ``start_server``: `streampunct
 serve` on a free loopback port, its log in a temporary file) with their default limits (200 words
 a second per /v1/punct connection, 10x real time per /v1/asr connection, a 10 s shutdown grace),
 except the number of streams, raised above the largest N tried. The text is IWSLT dev2012
@@ -86,8 +86,18 @@ from typing import Any
 from urllib.parse import urlparse
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import RESULTS, machine, percentile, write_json  # noqa: E402
-from soak import CACHE, Server, make_speech, rss_mb, speakable, start_server  # noqa: E402
+from common import (  # noqa: E402
+    CACHE,
+    RESULTS,
+    Server,
+    machine,
+    make_speech,
+    percentile,
+    rss_mb,
+    speakable,
+    start_server,
+    write_json,
+)
 from websockets.asyncio.client import ClientConnection, connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed, InvalidStatus  # noqa: E402
 

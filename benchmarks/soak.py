@@ -33,17 +33,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import os
 import random
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
-import wave
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -51,15 +45,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import RESULTS, machine  # noqa: E402
+from common import CACHE, RESULTS, ROOT, Server, machine, make_speech, rss_mb, start_server  # noqa: E402
 from websockets.asyncio.client import ClientConnection, connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed  # noqa: E402
 
 from streampunct import protocol as P  # noqa: E402
-from streampunct.text import normalize, read_iwslt, render  # noqa: E402
-
-ROOT = Path(__file__).parent.parent
-CACHE = Path.home() / ".cache" / "streampunct" / "soak"
+from streampunct.text import normalize, read_iwslt  # noqa: E402
 
 # A recogniser's habits, on the simulated clock (seconds).
 WORD_STEP = (0.22, 0.38)  # from one word's start to the next: about 0.3 s
@@ -85,89 +76,6 @@ STREAM_CONFIGS: tuple[dict[str, Any], ...] = (
     {"lookahead": 4, "max_delay_ms": 1500, "engine": "auto"},
 )
 ASR_CONFIG: dict[str, Any] = {"lookahead": 2, "max_delay_ms": 1500, "engine": "auto"}
-
-ESPEAK = ("-v", "en-us", "-s", "165", "-g", "4")  # voice, words a minute, gap between words (10 ms)
-PIECE_WORDS = 100  # words of text per espeak-ng call: about 35 s of speech
-PIECE_GAP_S = 0.4
-
-
-# --- the server ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Server:
-    proc: subprocess.Popen[str]
-    url: str
-    log: Path
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def stop(self) -> int | None:
-        """SIGTERM, as an operator would; the exit status (None if it had to be killed)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            return None
-
-    def failures_logged(self) -> list[str]:
-        """The server's own ``session_failed`` log lines."""
-        try:
-            lines = self.log.read_text(errors="replace").splitlines()
-        except OSError:
-            return []
-        return [line for line in lines if '"session_failed"' in line]
-
-
-def start_server(*args: str, log: Path | None = None, env: dict[str, str] | None = None) -> Server:
-    """A `streampunct serve` on a free port of 127.0.0.1; its log (stderr) goes to ``log``."""
-    if log is None:
-        log = Path(tempfile.mkstemp(prefix="streampunct-soak-", suffix=".log")[1])
-    with log.open("w") as err:
-        proc = subprocess.Popen(
-            # the soak runs speech faster than real time, at full speed by design: admission by load
-            # (503 busy) would refuse its sessions; server_load.py's overload section measures that
-            [
-                sys.executable,
-                "-m",
-                "streampunct.server.app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--max-load",
-                "off",
-                *args,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-            cwd=ROOT,
-            env={**os.environ, **(env or {})},
-        )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if "serving on" not in line:
-        proc.kill()
-        proc.wait()
-        raise RuntimeError(f"the server did not start: {line!r}\n{log.read_text()[-2000:]}")
-    return Server(proc, line.split()[-1], log)
-
-
-def rss_mb(pid: int) -> float | None:
-    """Resident memory of a process (VmRSS), MB; None once it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
 
 
 # --- what each session reports --------------------------------------------------------------------
@@ -535,65 +443,6 @@ async def punct_stream(
 
 
 # --- /v1/asr: continuous speech --------------------------------------------------------------------
-
-
-def speakable(words: Sequence[str], labels: Sequence[str]) -> tuple[list[str], list[str]]:
-    """The words espeak-ng can read: no "--", no mojibake."""
-    keep = [(w, lab) for w, lab in zip(words, labels) if w.isascii() and normalize(w)]
-    return [w for w, _ in keep], [lab for _, lab in keep]
-
-
-def make_speech(
-    words: Sequence[str],
-    labels: Sequence[str],
-    minutes: float,
-    cache: Path = CACHE,
-    piece_words: int = PIECE_WORDS,
-) -> tuple[Path, int]:
-    """A WAV of espeak-ng reading the text (rendered with its marks and casing) for at least
-    ``minutes``, made in pieces and joined; cached. Returns the file and the number of words read."""
-    if shutil.which("espeak-ng") is None:
-        raise RuntimeError("the audio part needs espeak-ng (apt-get install espeak-ng), or --asr-minutes 0")
-    words, labels = speakable(words, labels)
-    budget = int(minutes * 60 * 4) + piece_words  # words: never more than 4 a second
-    version = subprocess.run(["espeak-ng", "--version"], capture_output=True, text=True).stdout.strip()
-    key = hashlib.sha1(
-        json.dumps([version, ESPEAK, piece_words, minutes, words[:budget], labels[:budget]]).encode()
-    ).hexdigest()[:16]
-    path = cache / f"speech-{minutes:g}min-{key}.wav"
-    meta = path.with_suffix(".json")
-    if path.is_file() and meta.is_file():
-        return path, json.loads(meta.read_text())["words"]
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        piece = Path(tmp) / "piece.wav"
-        partial = Path(tmp) / "speech.wav"
-        out: wave.Wave_write | None = None
-        seconds, used = 0.0, 0
-        try:
-            while seconds < minutes * 60:
-                if used >= len(words):
-                    raise RuntimeError(f"not enough text for {minutes} minutes of speech")
-                chunk = slice(used, used + piece_words)
-                text = render(
-                    words[chunk], labels[chunk], sentence_start=used == 0 or labels[used - 1] != "O"
-                )
-                subprocess.run(["espeak-ng", *ESPEAK, "-w", str(piece), text], check=True)
-                with wave.open(str(piece), "rb") as w:
-                    if out is None:
-                        out = wave.open(str(partial), "wb")
-                        out.setparams(w.getparams())
-                    frames = w.readframes(w.getnframes())
-                    gap = b"\0" * (int(PIECE_GAP_S * w.getframerate()) * w.getsampwidth())
-                    out.writeframes(frames + gap)
-                    seconds += w.getnframes() / w.getframerate() + PIECE_GAP_S
-                used += len(words[chunk])
-        finally:
-            if out is not None:
-                out.close()
-        shutil.move(partial, path)
-    meta.write_text(json.dumps({"words": used, "seconds": seconds}) + "\n")
-    return path, used
 
 
 async def asr_session(

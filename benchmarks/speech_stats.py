@@ -7,7 +7,7 @@ The pause fusion learns from text with generated word times and recogniser marks
 ``CAPITAL_AFTER``). Those constants are measured here, on Whisper tiny.en's words as the live path
 streams them (``e2e.py record --speech``: the server's front end on the simulated clock) for the
 human conversational speech dev recordings, and on no recording that a benchmark reports: each
-streamed word gets the reference mark aligned to it (``e2e.compare``), then
+streamed word gets the reference mark aligned to it (``streampunct.scoring.compare``), then
 
 - pauses: the time from a word's end to the next word's start, by the word's reference mark: the
   share over 50 ms, the median of those, and the spread (standard deviation) of their log;
@@ -30,8 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, write_json  # noqa: E402
-from e2e import load_recordings, streamed_words  # noqa: E402
+from common import load_recordings, machine, streamed_words, write_json  # noqa: E402
 
 from streampunct.prosody import MARK_RECALL  # noqa: E402
 from streampunct.scoring import compare, reference, whisper_tokens  # noqa: E402

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import torch  # noqa: E402
-from common import device_suffix, machine, percentile, time_each, update_readme, write_json  # noqa: E402
+from common import device_suffix, machine, percentile, time_pushes, update_readme, write_json  # noqa: E402
 
 from streampunct import Punctuator, read_iwslt  # noqa: E402
 from streampunct.engines import window_logits  # noqa: E402
@@ -38,14 +38,6 @@ def rss_mb() -> float:
     with open("/proc/self/statm") as f:
         pages = int(f.read().split()[1])
     return pages * 4096 / 2**20
-
-
-def time_pushes(p: Punctuator, words: list[str], k: int, engine: str = "masked") -> list[float]:
-    """Seconds per push of one stream fed a word at a time."""
-    s = p.stream(lookahead=k, engine=engine)
-    times = time_each(lambda w: s.push([w]), words)
-    s.finish()
-    return times
 
 
 def time_naive(p: Punctuator, words: list[str], k: int) -> list[float]:

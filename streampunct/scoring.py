@@ -2,19 +2,29 @@
 differ (a recogniser's): the reference tokens are aligned to the hypothesis tokens by edit
 distance, each reference mark moves onto the hypothesis token aligned to its token, and
 :func:`streampunct.metrics.score` scores the marks; WER comes from the same alignment. Runs pool by
-concatenation (:func:`pool`). The speech benchmarks and ``streampunct calibrate --speech`` use it.
-No torch."""
+concatenation (:func:`pool`); :func:`accuracy` compares a stream's recognised words, each with its
+final label, with the reference text. Two systems on the same audio: the paired bootstrap
+(:func:`paired`) resamples units of their :data:`TALLY` counts (word errors, reference words, the
+marks' true positives, false positives and misses) for the difference in micro-F1 and WER. The
+speech benchmarks and ``streampunct calibrate --speech`` use it. No torch."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from .metrics import MARK_CLASSES, score
 from .text import normalize, normalize_labeled
 from .training.conversation import labeled_words
 
-__all__ = ["align", "move_marks", "compare", "pool", "metrics", "reference", "whisper_tokens", "word_tokens"]
+__all__ = [
+    "align", "move_marks", "compare", "pool", "metrics", "reference", "whisper_tokens", "word_tokens",
+    "accuracy", "TALLY", "micro_f1", "wer", "paired",
+]  # fmt: skip
+
+TALLY = ("edits", "ref_words", "tp", "fp", "fn")  # a unit's counts in the paired bootstrap (:func:`paired`)
 
 
 def _key(token: str) -> str:
@@ -130,3 +140,49 @@ def word_tokens(words: Sequence[str], labels: Sequence[str]) -> tuple[list[str],
         tokens += parts
         out += ["O"] * (len(parts) - 1) + [lab] * bool(parts)
     return tokens, out
+
+
+def accuracy(words: list[dict[str, Any]], text: str) -> dict[str, Any]:
+    """A stream's recognised words (dicts with ``text`` and, once final, ``label``) against the
+    punctuated reference ``text``: :func:`compare`'s comparison, with ``jiwer``, the reference's and
+    the words' tokens as the strings jiwer scores."""
+    ref_tokens, ref_labels = reference(text)
+    hyp_tokens, hyp_labels = word_tokens([w["text"] for w in words], [w.get("label", "O") for w in words])
+    c = compare(ref_tokens, ref_labels, hyp_tokens, hyp_labels)
+    c["jiwer"] = (" ".join(ref_tokens), " ".join(hyp_tokens) or "-")
+    return c
+
+
+def micro_f1(t: np.ndarray) -> np.ndarray:
+    """Micro-F1 over the marks (%) from tallies summed over units (any leading axes)."""
+    tp, fp, fn = t[..., 2], t[..., 3], t[..., 4]
+    return np.where(tp > 0, 200 * tp / np.maximum(2 * tp + fp + fn, 1), 0.0)
+
+
+def wer(t: np.ndarray) -> np.ndarray:
+    """WER (%) from tallies summed over units (any leading axes)."""
+    return 100 * t[..., 0] / np.maximum(t[..., 1], 1)
+
+
+def paired(a: dict[Any, np.ndarray], b: dict[Any, np.ndarray], draws: int = 10000, seed: int = 0) -> dict:
+    """Front end (or model, or system) ``a`` against ``b`` on the same units (:data:`TALLY` each): each
+    one's micro-F1 and WER, the differences (a - b), their 95% bootstrap intervals, and the share of
+    resamples in which ``a`` is worse."""
+    keys = sorted(set(a) | set(b), key=str)
+    zero = np.zeros(len(TALLY), dtype=np.int64)
+    ta = np.stack([a.get(k, zero) for k in keys])
+    tb = np.stack([b.get(k, zero) for k in keys])
+    idx = np.random.default_rng(seed).integers(0, len(keys), (draws, len(keys)))
+    sa, sb = ta[idx].sum(axis=1), tb[idx].sum(axis=1)
+    # marks: the reference's, as aligned onto a's words (its true positives and misses)
+    out: dict[str, Any] = {"units": len(keys), "marks": int(ta[:, 2].sum() + ta[:, 4].sum())}
+    for name, f, worse in (("micro_f1", micro_f1, np.less), ("wer", wer, np.greater)):
+        diff = f(sa) - f(sb)
+        out[name] = {
+            "a": round(float(f(ta.sum(axis=0))), 2),
+            "b": round(float(f(tb.sum(axis=0))), 2),
+            "diff": round(float(f(ta.sum(axis=0)) - f(tb.sum(axis=0))), 2),
+            "ci95": [round(float(x), 2) for x in np.percentile(diff, [2.5, 97.5])],
+            "p_worse": round(float(worse(diff, 0).mean()), 3),
+        }
+    return out

@@ -11,6 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
+from benchmarks.common import load_recordings
 from benchmarks.e2e import (
     SAMPLE_RATE,
     SPEECH_SPLIT,
@@ -18,7 +19,6 @@ from benchmarks.e2e import (
     bootstrap,
     evaluate,
     evaluate_parallel,
-    load_recordings,
     quick,
     recognise,
     server_system,
@@ -30,7 +30,7 @@ from benchmarks.e2e import (
     write_wav,
 )
 from streampunct import Punctuator
-from streampunct.scoring import align, compare, metrics, move_marks, reference, word_tokens
+from streampunct.scoring import align, compare, metrics, micro_f1, move_marks, reference, wer, word_tokens
 from streampunct.types import Word
 
 
@@ -93,8 +93,6 @@ def test_unit_tallies_follow_the_reference_tokens():
     """The paired bootstrap's units: 3 reference tokens each. "hurts" is deleted (its edit in its
     own unit, its PERIOD moved onto "it", missed); the inserted "uh" carries a COMMA, a false
     positive in the unit of "when", the reference token before it. Summed, the table's counts."""
-    from benchmarks.paired import micro_f1, wer
-
     ref = "yes it hurts here when i eat".split()
     labels = ["COMMA", "O", "PERIOD", "O", "O", "O", "QUESTION"]
     hyp = "yes it here when uh i eat".split()

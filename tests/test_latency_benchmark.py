@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.latency_f1 import replay
+from benchmarks.common import replay
 from streampunct import Punctuator
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,7 +95,8 @@ def test_each_named_front_end_sets_every_recogniser_setting():
 
 
 def test_tallies_count_each_error_in_the_unit_of_its_audio():
-    from benchmarks.paired import TALLY, micro_f1, tallies, wer
+    from benchmarks.paired import tallies
+    from streampunct.scoring import TALLY, micro_f1, wer
 
     text = "Hello there, my friend. How are you? Fine thanks."
     said = "hello there my friend how are you fine thanks".split()
@@ -121,7 +122,7 @@ def test_tallies_count_each_error_in_the_unit_of_its_audio():
 def test_paired_bootstrap_tells_a_real_difference_from_none():
     import numpy as np
 
-    from benchmarks.paired import paired
+    from streampunct.scoring import paired
 
     rng = np.random.default_rng(1)
     a = {

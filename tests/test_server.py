@@ -5,47 +5,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
-import jsonschema
 import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from benchmarks.common import WORDS, finals, talk, validate
+from benchmarks.common import spawn_server as start_server
 from streampunct.engines import resolve_engine
-
-SCHEMAS = Path(__file__).parent.parent / "docs" / "schema"
-WORDS = "so what did you do last summer we went to the coast and it rained every day did n't it".split()
-
-
-def validate(msg: dict) -> None:
-    """Every message the server sends fits its JSON Schema in docs/schema/server/."""
-    schema = json.loads((SCHEMAS / "server" / f"{msg['type']}.json").read_text())
-    jsonschema.validate(msg, schema)
-
-
-def start_server(*args: str) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streampunct.server.app", "--port", "0", "--device", "cpu", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if "serving on" not in line:
-        proc.kill()
-        raise RuntimeError(f"server did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}")
-    return proc, line.split()[-1]
 
 
 def stop_server(proc: subprocess.Popen) -> None:
@@ -61,34 +34,6 @@ def server():
     proc, url = start_server()
     yield url
     stop_server(proc)
-
-
-async def talk(url: str, messages: list, lookahead: int = 2) -> list[dict]:
-    """Send config then messages (dicts as JSON, bytes as binary); collect replies until end."""
-    replies = []
-    async with connect(url + "/v1/punct") as ws:
-        await ws.send(
-            json.dumps({"type": "config", "version": 1, "lookahead": lookahead, "max_delay_ms": None})
-        )
-        replies.append(json.loads(await ws.recv()))
-        for m in messages:
-            await ws.send(m if isinstance(m, bytes | str) else json.dumps(m))
-        await ws.send(json.dumps({"type": "end"}))
-        async for raw in ws:
-            replies.append(json.loads(raw))
-    for r in replies:
-        validate(r)
-    return replies
-
-
-def finals(replies: list[dict]) -> list[str]:
-    out = {}
-    for r in replies:
-        for e in r.get("events", []):
-            if e["final"]:
-                assert e["index"] not in out
-                out[e["index"]] = e["label"]
-    return [out[i] for i in range(len(out))]
 
 
 def test_health_and_not_found(server):

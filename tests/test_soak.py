@@ -12,7 +12,8 @@ import shutil
 
 import pytest
 
-from benchmarks.soak import make_speech, passed, soak, start_server, table
+from benchmarks.common import make_speech, start_server
+from benchmarks.soak import passed, soak, table
 
 SUBJECTS = "i we you they people my friend the teacher our city this idea".split()
 VERBS = "think know see want made found said built tried loved asked".split()
