@@ -442,7 +442,7 @@ def test_a_revision_after_old_words_are_forgotten(shipped, engine):
     """Issue 1 of 5: words one at a time, each followed by a revision of the newest word (the
     server died on a revision of word 289 after 291 words of test2011: the stream had forgotten
     the tokens its next window starts from, an IndexError on the window engine)."""
-    words = varied_words(400, seed=3)
+    words = varied_words(300, seed=3)
     s = shipped.stream(lookahead=2, max_delay_ms=1500, engine=engine)
     finals: dict[int, str] = {}
     for i, w in enumerate(words):
