@@ -183,6 +183,11 @@ class _Engine:
     def window_start(self, t: int) -> int:
         raise NotImplementedError
 
+    def offsets(self, logits: torch.Tensor, ahead: int | None) -> torch.Tensor:
+        """CPU logits plus this engine's decision offsets for a decision seeing ``ahead`` tokens
+        ahead (calibrated per engine: ``streampunct calibrate``)."""
+        raise NotImplementedError
+
     def mask(self, ahead: int) -> int | None:
         """The lookahead mask of a window seeing ``ahead`` tokens ahead (None: all see all)."""
         raise NotImplementedError
@@ -200,7 +205,7 @@ class _Engine:
         logits = _forward(self.model, [ids[start - base : end - base]], self.mask(ahead), tag_rows)[
             0, t - start
         ]
-        return self.model.biased(logits, ahead, self.name)
+        return self.offsets(logits, ahead)
 
 
 # --- the masked engine ----------------------------------------------------------------------
@@ -218,6 +223,9 @@ class MaskedEngine(_Engine):
     def window_start(self, t: int) -> int:
         cfg = self.model.cfg
         return max(0, (t // cfg.block) * cfg.block - cfg.context)
+
+    def offsets(self, logits: torch.Tensor, ahead: int | None) -> torch.Tensor:
+        return self.model.masked_offsets(logits, ahead)
 
     def mask(self, ahead: int) -> int | None:
         return ahead
@@ -238,7 +246,7 @@ class MaskedEngine(_Engine):
         for i in range(0, len(windows), batch_size):
             chunk = windows[i : i + batch_size]
             tag_rows = [tags[w.start : w.end] for w in chunk] if cfg.n_tags else None  # type: ignore[index]
-            logits = self.model.biased(
+            logits = self.offsets(
                 _forward(self.model, [ids[w.start : w.end] for w in chunk], lookahead, tag_rows), lookahead
             )
             out.extend(logits[b, w.first - w.start : w.stop - w.start] for b, w in enumerate(chunk))
@@ -287,7 +295,7 @@ class MaskedStream:
             if b not in self.blocks:
                 if self.engine.window_start(b * cfg.block) != t:
                     continue  # that window was closed, or opens with a later token
-                self.blocks[b] = WindowState(self.model, self.k)
+                self.blocks[b] = WindowState(self.model, self.k, self.engine.offsets)
             self.blocks[b].append(pieces)
 
     def truncate(self, n: int) -> None:
@@ -359,6 +367,11 @@ class WindowEngine(_Engine):
     def window_start(self, t: int) -> int:
         return max(0, t - self.model.cfg.context)
 
+    def offsets(self, logits: torch.Tensor, ahead: int | None) -> torch.Tensor:
+        if ahead is None:
+            raise InputError("the window engine bounds a lookahead; offline is the masked engine's")
+        return self.model.window_offsets(logits, ahead)
+
     def mask(self, ahead: int) -> int | None:
         return None
 
@@ -380,7 +393,7 @@ class WindowEngine(_Engine):
             rows = logits[torch.arange(len(spans)), torch.tensor([t - s for t, (s, _) in zip(ts, spans)])]
             ahead = torch.tensor([e - 1 - t for t, (_, e) in zip(ts, spans)])  # fewer at the end
             for j in ahead.unique().tolist():
-                rows[ahead == j] = self.model.biased(rows[ahead == j], j, self.name)
+                rows[ahead == j] = self.offsets(rows[ahead == j], j)
             out.append(rows)
         return torch.cat(out) if out else torch.zeros(0, self.model.cfg.n_labels)
 
@@ -422,7 +435,7 @@ class WindowStream:
         start = self.engine.window_start(t)
         state = self.passes.get((start, end))
         if state is None:
-            state = self.passes[start, end] = WindowState(self.model, None)
+            state = self.passes[start, end] = WindowState(self.model, None, self.engine.offsets)
             for pieces in self.tokens.span(start, end):
                 state.append(pieces)
         return state, start

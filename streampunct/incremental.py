@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import cast
 
 import torch
@@ -24,6 +24,8 @@ import torch
 from .errors import InputError
 from .light import LightWork, compute_light
 from .model import Layer, PunctModel, layer_lookaheads, window_limit
+
+Offsets = Callable[[torch.Tensor, int], torch.Tensor]  # an engine's decision offsets (logits, words ahead)
 
 __all__ = ["WindowState", "compute_many"]
 
@@ -38,8 +40,9 @@ class WindowState:
     place: a new word writes its own rows and copies nothing else.
     """
 
-    def __init__(self, model: PunctModel, lookahead: int | None):
+    def __init__(self, model: PunctModel, lookahead: int | None, offsets: Offsets):
         self.model = model
+        self.offsets = offsets  # the engine's decision offsets (logits, words ahead) -> logits
         cfg = model.cfg
         if cfg.interaction or cfg.masked_stream:
             raise InputError(
@@ -136,9 +139,7 @@ class WindowState:
         top = self.h(m.cfg.n_layer)
         if not m.cfg.n_tags:
             logits = m.head(top[self._last_piece(word)]).float().cpu()
-            if self.lookahead is None:  # a window-engine pass
-                return m.biased(logits, self.n_words - 1 - word, "window")
-            return m.biased(logits, self.lookahead)
+            return self.offsets(logits, self._ahead(word))
         if tags is None or len(tags) < word + 1:
             raise InputError("a POS-fused model needs the tags of the window's words up to this one")
         kept = min(self.fusion_keys.shape[2], word)
@@ -154,9 +155,14 @@ class WindowState:
             self.fusion_keys, self.fusion_values = keys, values
         everything = torch.ones(1, 1, 1, word + 1, dtype=torch.bool, device=self.device)
         attended = fusion.attn.attend(q[:, :, -1:], keys, values, everything)
-        return m.biased(
-            m.head(fusion.after_attention(z[:, -1:], attended)[0, 0]).float().cpu(), self.lookahead
+        return self.offsets(
+            m.head(fusion.after_attention(z[:, -1:], attended)[0, 0]).float().cpu(), self._ahead(word)
         )
+
+    def _ahead(self, word: int) -> int:
+        """The words a decision on ``word`` sees ahead: the window's lookahead, or in a
+        window-engine pass (no lookahead mask) the words after it in the pass."""
+        return self.n_words - 1 - word if self.lookahead is None else self.lookahead
 
 
 @torch.no_grad()

@@ -417,17 +417,21 @@ class PunctModel(Encoder):
         self._label_bias = torch.tensor(self.cfg.label_bias) if rows else None
         self._window_bias = torch.tensor(self.cfg.window_bias) if window_rows else None
 
-    def biased(self, logits: torch.Tensor, lookahead: int | None, engine: str = "masked") -> torch.Tensor:
-        """CPU logits (..., n_labels) plus the decision offsets of ``lookahead`` (under the masked
-        or the window engine): what decisions take the argmax of."""
-        if engine == "window" and lookahead is not None:
-            if self._window_bias is None:
-                return logits
-            return logits + self._window_bias[min(lookahead, len(self._window_bias) - 1)]
+    def masked_offsets(self, logits: torch.Tensor, lookahead: int | None) -> torch.Tensor:
+        """CPU logits (..., n_labels) plus the masked engine's decision offsets for ``lookahead``
+        (``label_bias``: a row per lookahead from k=0, the last but one for every larger k, the
+        last offline): what its decisions take the argmax of."""
         if self._label_bias is None:
             return logits
         rows = self._label_bias
         return logits + rows[-1 if lookahead is None else min(lookahead, len(rows) - 2)]
+
+    def window_offsets(self, logits: torch.Tensor, lookahead: int) -> torch.Tensor:
+        """CPU logits (..., n_labels) plus the window engine's decision offsets for ``lookahead``
+        (``window_bias``: a row per lookahead from k=0, the last for every larger k)."""
+        if self._window_bias is None:
+            return logits
+        return logits + self._window_bias[min(lookahead, len(self._window_bias) - 1)]
 
     def forward(
         self,

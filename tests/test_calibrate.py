@@ -10,7 +10,7 @@ import torch
 
 from streampunct import CheckpointError, Punctuator
 from streampunct.cli import main
-from streampunct.engines import token_logits, window_logits
+from streampunct.engines import make_engine, token_logits, window_logits
 from streampunct.metrics import score
 from streampunct.model import ModelConfig, PunctModel
 from streampunct.pieces import WordPieces
@@ -72,7 +72,7 @@ def test_each_lookahead_decides_with_its_own_row(biased, engine):
         stop = len(tokens) - (k or 0)  # the last k tokens see fewer words ahead: other rows
         torch.testing.assert_close(plain[:stop], raw[:stop] + torch.tensor(row, dtype=torch.float))
     # beyond k = 4: k = 4's row
-    assert m.biased(torch.zeros(4), 9, engine).tolist() == list(rows[4])
+    assert make_engine(m, engine, 9).offsets(torch.zeros(4), 9).tolist() == list(rows[4])
 
 
 @pytest.mark.parametrize("engine", ["masked", "window"])
