@@ -141,23 +141,20 @@ def _rows(model, pieces, segments, cfg, rng):
 
 
 def _silences(words: list[Word], cfg: PauseTrainConfig) -> list[tuple[int, list[float]]]:
-    """The words a stream at some trained lookahead k >= 1 decides at their deadline with no word
-    after them, each once, with its features: the silence after it up to the next word's start or
-    the deadline, as :meth:`~streampunct.stream.PunctStream._label` reads it (one word a token)."""
+    """The words a stream with a lookahead of k >= 1 decides at their deadline with no word after
+    them (the next word ends after the deadline; the same for every k), with their features: the
+    silence after the word up to the next word's start or the deadline, as
+    :meth:`~streampunct.stream.PunctStream._label` reads it (one word a token). A segment's last
+    word is left out: the text goes on after it, unseen."""
+    policy = Lookahead(1, cfg.max_delay_ms)
     out = []
-    ks = [k for k in cfg.lookaheads if k]
-    for t, word in enumerate(words):
-        following = words[t + 1 :]
-        if not any(Lookahead(k, cfg.max_delay_ms).ahead(word, following, math.inf) == 0 for k in ks):
+    for t, (word, after) in enumerate(zip(words, words[1:])):
+        deadline = policy.deadline(word)
+        if deadline is None or policy.ahead(word, [after], math.inf) != 0:
             continue
-        deadline = Lookahead(1, cfg.max_delay_ms).deadline(word)
-        assert deadline is not None  # synthetic words have times
-        until = (
-            min(following[0].start, deadline) if following and following[0].start is not None else deadline
-        )
-        silence = Word("", until, until)
+        until = deadline if after.start is None else min(after.start, deadline)
         features = pause_features(
-            word, words[t - 1] if t else None, silence, True, True, cfg.marks, cfg.continued
+            word, words[t - 1] if t else None, Word("", until, until), True, True, cfg.marks, cfg.continued
         )
         if features is not None:
             out.append((t, features))
