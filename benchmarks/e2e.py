@@ -133,7 +133,7 @@ from common import (  # noqa: E402
 )
 
 from streampunct import Punctuator  # noqa: E402
-from streampunct.flags import number_or_off  # noqa: E402
+from streampunct.flags import add_config_flags, config_from_flags  # noqa: E402
 from streampunct.metrics import count  # noqa: E402
 from streampunct.options import FrontEndOptions, RecognizerOptions, StreamOptions  # noqa: E402
 from streampunct.pipeline import CaptionPipeline, call_to_json, calls_from_json, simulate  # noqa: E402
@@ -404,27 +404,31 @@ def stream_asr(
     model,
     audio: np.ndarray,
     options: RecognizerOptions | None = None,
-    pipeline: FrontEndOptions | None = None,
+    front: FrontEndOptions | None = None,
 ) -> dict:
     """The live path up to the punctuator: a :class:`~streampunct.pipeline.CaptionPipeline` with
     the streaming recogniser (``options``: the server's by default) over ``audio`` in CHUNK_S
     steps on :func:`~streampunct.pipeline.simulate`'s clock; every call it makes on the
     punctuation stream, with the clock (:func:`~streampunct.pipeline.call_to_json`). The recogniser's sentence ends are
     Whisper's, so that the recording does not depend on the punctuator."""
-    options, pipeline = options or RecognizerOptions(), pipeline or FrontEndOptions()
+    options, front = options or RecognizerOptions(), front or FrontEndOptions()
     if options.sentence_ends != "whisper":
         raise ValueError(
             "a recording is the punctuator's input: the recogniser's sentence ends must be Whisper's"
         )
     t0 = time.perf_counter()
-    run = simulate(CaptionPipeline(StreamingRecognizer(model, options), pipeline), audio, CHUNK_S)
+    pipeline = CaptionPipeline(StreamingRecognizer(model, options), front)
+    run = simulate(pipeline, audio, CHUNK_S)
+    passes = [h.hypothesis.pass_ for h in run.heard if h.hypothesis.pass_ is not None]
     return {
         "model": STREAM_ASR,
         "version": STREAM_VERSION,
         "chunk_s": CHUNK_S,
-        "front_end": front_end(options, pipeline),
+        "front_end": front_end(options, front),
         "calls": [call_to_json(call, clock) for clock, call in run.calls],
-        "passes": sum(h.hypothesis.pass_ is not None for h in run.heard),
+        "passes": len(passes),
+        "compute_ratio": round(sum(p.seconds for p in passes) / (len(audio) / SAMPLE_RATE), 3),
+        "guarded": dict(pipeline.recognizer.guarded),
         "skips": sum(h.skipped is not None for h in run.heard),
         "seconds": round(time.perf_counter() - t0, 1),
     }
@@ -518,16 +522,16 @@ def recognise(
     cache: Path,
     force: bool,
     offline_models: Sequence[str] = OFFLINE_ASR,
-    prompt: str = "off",
-    context_s: float | None = RecognizerOptions.context_s,
+    options: RecognizerOptions | None = None,
     names: Sequence[str] | None = None,
 ) -> None:
     """Each recogniser over every recording (or those ``names``) it has not recognised yet (the
-    streaming one also over those streamed with settings other than the server's or by another
-    STREAM_VERSION): the streaming one, then each offline one (one model loaded at a time)."""
+    streaming one, with ``options`` (default: the server's), also over those streamed with other
+    settings or by another STREAM_VERSION): the streaming one, then each offline one (one model
+    loaded at a time)."""
     if names is None:
         names = [p.stem for p in sorted(cache.glob("*.json"))]
-    options = RecognizerOptions(prompt=prompt == "on", context_s=context_s)
+    options = options or RecognizerOptions()
     settings = front_end(options, FrontEndOptions())
     streaming = functools.partial(stream_asr, options=options)
     jobs = [("streaming", STREAM_ASR, streaming)] + [("offline", asr, offline_asr) for asr in offline_models]
@@ -557,7 +561,8 @@ def record(args) -> None:
     t0 = time.perf_counter()
     make_recordings(args, cache)
     names = speech_names(args.only) if args.only else None
-    recognise(cache, args.force, prompt=args.asr_prompt, context_s=args.asr_context_s, names=names)
+    options = config_from_flags(args, RecognizerOptions, prefix="asr-")
+    recognise(cache, args.force, options=options, names=names)
     total = time.perf_counter() - t0
     print(f"recorded in {total / 60:.1f} min -> {cache}", flush=True)
 
@@ -960,19 +965,14 @@ def main() -> None:
         help="make and recognise only these speech recordings (needs --speech); the rest of the cache stays",
     )
     r.add_argument("--force", action="store_true", help="redo what the cache has (with --only, those alone)")
-    r.add_argument(
-        "--asr-prompt",
-        choices=["on", "off"],
-        default="off",
-        help="the streaming recogniser's prompt of committed text (StreamingRecognizer(prompt=); "
-        "default %(default)s, the server's)",
-    )
-    r.add_argument(
-        "--asr-context-s",
-        type=number_or_off,
-        default=RecognizerOptions.context_s,
-        help="hold agreed words until this much audio (s) follows them, or off (StreamingRecognizer("
-        "context_s=); default the server's)",
+    # the streaming recogniser's settings, as `streampunct serve` takes them (default: the server's);
+    # its sentence ends are Whisper's (a recording is the punctuator's input)
+    add_config_flags(
+        r.add_argument_group("recogniser"),
+        RecognizerOptions,
+        prefix="asr-",
+        switches=True,
+        sentence_ends=None,
     )
     s = sub.add_parser("score", help="score the cached recordings")
     s.add_argument("--cache", required=True)

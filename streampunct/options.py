@@ -53,6 +53,7 @@ class RecognizerOptions:
     beam_size: int = 1
     confident: float | None = None
     end_of_speech_s: float | None = 0.5
+    cut_at_silence: bool = False
     prompt: bool = False
     settle_after_s: float | None = 1.0
     settle_unsure_after_s: float | None = 2.0
@@ -74,6 +75,8 @@ class RecognizerOptions:
         "confident": "commit a word on first sight at this recogniser probability (0 to 1), or off: only when "
         "two passes agree",
         "end_of_speech_s": "silence (s) after the last word that commits the recogniser's whole guess, or off",
+        "cut_at_silence": "at the end of speech (end-of-speech-s), the buffer is cut where the silence "
+        "starts, so that the next passes transcribe only what follows",
         "prompt": "each recognition pass sees the committed text before its audio as Whisper's prompt",
         "settle_after_s": "audio (s) heard after a word that commits it even where two passes disagree on "
         "it, or off",

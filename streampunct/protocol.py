@@ -327,19 +327,22 @@ class Events(Message):
 @dataclass(frozen=True)
 class Recognised(Message):
     """/v1/asr: words the recogniser committed (the stream's words ``first``, ``first + 1``, ...),
-    and its current guess after them."""
+    and its current guess after them; ``compute_ratio``: the stream's recognition seconds per
+    second of audio, lately (the recogniser's ``compute_ratio``; past 1 it falls behind)."""
 
     type: ClassVar[str] = "words"
     first: int
     committed: tuple[Word, ...]
     provisional: tuple[Word, ...]
+    compute_ratio: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "type": self.type,
             "committed": [_timed(w, self.first + i) for i, w in enumerate(self.committed)],
             "provisional": [_timed(w) for w in self.provisional],
         }
+        return out if self.compute_ratio is None else {**out, "compute_ratio": self.compute_ratio}
 
     @classmethod
     def from_dict(cls, msg: dict[str, Any]) -> Recognised:
@@ -347,7 +350,7 @@ class Recognised(Message):
             return tuple(Word(w["text"], w["start"], w["end"]) for w in msg[key])
 
         first = msg["committed"][0]["index"] if msg["committed"] else 0
-        return cls(first, words("committed"), words("provisional"))
+        return cls(first, words("committed"), words("provisional"), msg.get("compute_ratio"))
 
 
 @dataclass(frozen=True)
@@ -392,17 +395,20 @@ class Error(Message):
 @dataclass(frozen=True)
 class Lag(Message):
     """/v1/asr: recognition fell behind real time and skipped the audio from ``start`` to ``end``
-    (stream seconds): the words spoken there are lost; recognition goes on from ``end``."""
+    (stream seconds): the words spoken there are lost; recognition goes on from ``end``.
+    ``compute_ratio``: as in :class:`Recognised`, when the skip was decided."""
 
     type: ClassVar[str] = "lag"
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("compute_ratio",)
     skipped_s: float
     start: float
     end: float
+    compute_ratio: float | None = None
 
     @classmethod
-    def over(cls, start: float, end: float) -> Lag:
+    def over(cls, start: float, end: float, compute_ratio: float | None = None) -> Lag:
         start, end = round(start, 3), round(end, 3)
-        return cls(round(end - start, 3), start, end)
+        return cls(round(end - start, 3), start, end, compute_ratio)
 
 
 ClientMessage: TypeAlias = Config | Words | Revise | Tick | End

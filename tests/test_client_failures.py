@@ -260,7 +260,9 @@ def test_file_client_when_the_asr_server_is_killed(speech, tmp_path):
     captions = f"{len(texts)} caption" + ("" if len(texts) == 1 else "s")
     assert line.endswith(f"after {captions}; wrote {out}.srt, {out}.vtt)"), line
     assert cues(out.with_suffix(".srt")) == cues(out.with_suffix(".vtt")) == texts
-    assert err.strip() == line  # nothing else on stderr
+    # nothing else on stderr but what the server said of its recognition (on a busy machine, that
+    # its compute ratio passed the bound)
+    assert [x for x in err.strip().splitlines() if not x.startswith("server: recognition")] == [line]
 
 
 def test_words_client_when_the_punct_server_is_killed(tmp_path):

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -81,6 +82,12 @@ def test_audio_through_the_server(asr_server, speech):
     committed = [w for _, m in result.timeline if m["type"] == "words" for w in m["committed"]]
     assert [w["index"] for w in committed] == list(range(len(committed)))
     assert all(w["start"] <= w["end"] for w in committed)
+    # each pass says the stream's recognition seconds per audio second; /health the server's
+    ratios = [m["compute_ratio"] for _, m in result.timeline if m["type"] == "words"]
+    assert ratios and all(0 < r < 10 for r in ratios), ratios
+    with urllib.request.urlopen(asr_server.replace("ws://", "http://") + "/health") as r:
+        recognition = json.loads(r.read())["recognition"]
+    assert recognition["compute_ratio"] > 0 and recognition["guarded"] == {}, recognition
     # captions cover every word once, in order, with times
     assert [c.first for c in result.captions] == [0] + [c.last + 1 for c in result.captions[:-1]]
     assert all(c.start is not None and c.end is not None and c.start <= c.end for c in result.captions)

@@ -41,7 +41,10 @@ def test_health_and_not_found(server):
     with urllib.request.urlopen(http + "/health") as r:
         health = json.loads(r.read())
     idle = {"load": 0.0, "capacity": None}
-    assert health == {"status": "ok", "streams": 0, "protocol": 1, "punctuation": idle, "recognition": idle}
+    recognition = {**idle, "compute_ratio": None, "guarded": {}}
+    assert health == {
+        "status": "ok", "streams": 0, "protocol": 1, "punctuation": idle, "recognition": recognition
+    }  # fmt: skip
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(http + "/v2/nothing")
     assert e.value.code == 404

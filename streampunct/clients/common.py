@@ -28,6 +28,9 @@ DEFAULT_URL = "ws://127.0.0.1:8765"
 # A server at its capacity refuses new streams (HTTP 503 `busy`, Retry-After): a client tries again
 # as it asks, for this long in all, before it gives up.
 BUSY_RETRY_S = 30.0
+# A stream's recognition seconds per audio second past this is reported (past 1, recognition falls
+# behind real time and skips audio).
+WARN_COMPUTE_RATIO = 0.8
 
 
 class ClientError(Exception):
@@ -172,6 +175,36 @@ async def messages(ws: ClientConnection) -> AsyncIterator[P.ServerMessage]:
     except ConnectionClosed as e:
         raise session_lost(ws, closing) from e
     raise session_lost(ws, closing)
+
+
+class Recognition:
+    """What a client says on stderr about the server's recognition of its audio: each skip
+    (``lag``), and a warning once the stream's compute ratio passes WARN_COMPUTE_RATIO (again only
+    after it has fallen a tenth under it)."""
+
+    def __init__(self, out: Any = None, prefix: str = ""):
+        self.out, self.prefix = out, prefix  # prefix: "\n" past a line being redrawn
+        self.warned = False
+
+    def say(self, text: str) -> None:
+        print(self.prefix + "server: " + text, file=self.out or sys.stderr, flush=True)
+
+    def see(self, msg: P.ServerMessage) -> None:
+        if isinstance(msg, P.Lag):
+            self.say(
+                f"recognition fell behind; skipped {msg.skipped_s:.1f} s of audio ({msg.start:.1f} to {msg.end:.1f} s)"
+            )
+        ratio = getattr(msg, "compute_ratio", None)
+        if ratio is None:
+            return
+        if ratio >= WARN_COMPUTE_RATIO and not self.warned:
+            self.warned = True
+            self.say(
+                f"recognition takes {ratio:.2f} s per second of this audio; past 1.0 it falls behind and "
+                "skips audio (a smaller --asr-model, or fewer streams on the server)"
+            )
+        elif ratio < 0.9 * WARN_COMPUTE_RATIO:
+            self.warned = False
 
 
 async def finish(ws: ClientConnection, receiver: asyncio.Task[None]) -> None:

@@ -29,6 +29,7 @@ from streampunct import protocol as P
 from streampunct.captions import Caption
 from streampunct.clients.common import (
     ClientError,
+    Recognition,
     SessionLost,
     add_stream_args,
     keep_captions,
@@ -93,9 +94,12 @@ async def stream_file(
     def audio_clock() -> float:  # audio seconds sent so far, by the wall clock
         return (time.perf_counter() - t0) * pace
 
+    recognition = Recognition()
+
     async def receive() -> None:
         async for msg in messages(ws):
             result.timeline.append((audio_clock(), msg.to_dict()))
+            recognition.see(msg)
             match msg:
                 case P.Captioned(c):
                     result.captions.append(c)
@@ -105,13 +109,6 @@ async def stream_file(
                         on_caption(c, late)
                 case P.Error(code, message):
                     print(f"server: {code}: {message}", file=sys.stderr, flush=True)
-                case P.Lag(skipped_s, start, end):
-                    print(
-                        f"server: recognition fell behind; skipped {skipped_s:.1f} s of audio "
-                        f"({start:.1f} to {end:.1f} s)",
-                        file=sys.stderr,
-                        flush=True,
-                    )
                 case P.Finished():
                     result.end = msg
 

@@ -23,6 +23,7 @@ from streampunct import protocol as P
 from streampunct.captions import Caption
 from streampunct.clients.common import (
     ClientError,
+    Recognition,
     SessionLost,
     add_stream_args,
     finish,
@@ -104,8 +105,11 @@ async def main(args: argparse.Namespace) -> int:
     screen = Screen()
     captions: list[Caption] = []
 
+    recognition = Recognition(prefix="\n")
+
     async def receive() -> None:
         async for msg in messages(ws):
+            recognition.see(msg)
             match msg:
                 case P.Recognised():
                     screen.words(msg)

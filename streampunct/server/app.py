@@ -92,6 +92,7 @@ class App:
         self.batcher = Batcher()
         self.asr_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr")
         self.asr_load = Load()  # the recognition worker's, in audio seconds
+        self.asr_guarded: Counter[str] = Counter()  # recognition passes cut by each guard (loop, runaway)
         self._whisper: Any = None
         self._whisper_lock = asyncio.Lock()
         self.active = 0
@@ -132,6 +133,12 @@ class App:
         for name, load in (("punctuation", self.batcher.load), ("recognition", self.asr_load)):
             capacity = load.capacity()
             body[name] = {"load": round(load.busy(), 3), "capacity": capacity and round(capacity, 1)}
+        # recognition seconds per audio second (the inverse of its capacity), and the passes cut by
+        # the recogniser's guards since the server started
+        capacity = self.asr_load.capacity()
+        body["recognition"].update(
+            compute_ratio=capacity and round(1 / capacity, 3), guarded=dict(self.asr_guarded)
+        )
         if self.stopping.is_set():
             body["status"] = "stopping"
         elif self.batcher.faults:

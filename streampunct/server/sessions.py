@@ -482,8 +482,13 @@ class AsrSession(Session):
                 start=round(skip.start, 3),
                 end=round(skip.end, 3),
             )
-            await self.send(P.Lag.over(skip.start, skip.end))
+            await self.send(P.Lag.over(skip.start, skip.end, self.compute_ratio()))
         p = heard.hypothesis.pass_
+        if p is not None and p.guard is not None:
+            self.app.asr_guarded[p.guard] += 1
+            log_event(
+                logging.WARNING, "asr_guard", session=self.id, guard=p.guard, buffer_s=round(p.buffer_s, 3)
+            )
         if p is not None and log.isEnabledFor(logging.DEBUG):
             log_event(
                 logging.DEBUG,
@@ -501,6 +506,11 @@ class AsrSession(Session):
         self.words_in += len(heard.committed)
         await self.run_calls(heard.calls, heard)
 
+    def compute_ratio(self) -> float | None:
+        """The stream's recognition seconds per audio second, lately (StreamingRecognizer.compute_ratio)."""
+        ratio = self.pipeline.recognizer.compute_ratio
+        return None if ratio is None else round(ratio, 3)
+
     async def run_calls(self, calls: tuple[Call, ...] | list[Call], heard: Heard | None = None) -> None:
         """The pipeline's calls through the batcher, each one's events sent (with the recognised
         words after their push's) and handed back to the pipeline for captions."""
@@ -515,7 +525,8 @@ class AsrSession(Session):
                 )  # fmt: skip
             events = await self.app.batcher.run(self.stream, call)
             if isinstance(call, Push) and heard is not None and (heard.committed or heard.provisional):
-                await self.send(P.Recognised(heard.first, heard.committed, heard.provisional))
+                ratio = self.compute_ratio()
+                await self.send(P.Recognised(heard.first, heard.committed, heard.provisional, ratio))
             await self.send_events(events)
             final = [e.index for e in events if e.final]
             if final and log.isEnabledFor(logging.DEBUG):

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from ..text import normalize
 from ..types import Word
 
-__all__ = ["LocalAgreement", "UNSURE_BELOW"]
+__all__ = ["LocalAgreement", "UNSURE_BELOW", "word_key"]
 
 
 # A word the recogniser gives a probability under this is unsure: it settles after
@@ -16,7 +16,8 @@ __all__ = ["LocalAgreement", "UNSURE_BELOW"]
 UNSURE_BELOW = 0.5
 
 
-def _key(text: str) -> str:
+def word_key(text: str) -> str:
+    """A word as two hypotheses are compared on it: normalised, marks and case off."""
     return " ".join(normalize(text)) or text.strip().lower()
 
 
@@ -104,7 +105,7 @@ class LocalAgreement:
     def _agreed(self, before: Word, now: Word) -> bool:
         """The last hypothesis had ``before`` where this one has ``now``, and (with
         ``agree_after_s``) had heard that much audio after it."""
-        if _key(before.text) != _key(now.text):
+        if word_key(before.text) != word_key(now.text):
             return False
         if self.agree_after_s is None or self.previous_heard is None or before.end is None:
             return True
@@ -146,7 +147,7 @@ class LocalAgreement:
         if not new or not self.committed or new[0].start is None or abs(new[0].start - self.last_end) >= 1:
             return new
         for n in range(min(5, len(self.committed), len(new)), 0, -1):
-            if [_key(w.text) for w in self.committed[-n:]] == [_key(w.text) for w in new[:n]]:
+            if [word_key(w.text) for w in self.committed[-n:]] == [word_key(w.text) for w in new[:n]]:
                 return new[n:]
         return new
 
@@ -166,6 +167,6 @@ def _restated(word: Word, hypothesis: list[Word]) -> Word:
     middle = (word.start + word.end) / 2
     for h in hypothesis:
         if h.start is not None and h.end is not None and abs((h.start + h.end) / 2 - middle) < 0.35:
-            if _key(h.text) == _key(word.text):
+            if word_key(h.text) == word_key(word.text):
                 return replace(word, text=h.text)
     return word

@@ -20,7 +20,9 @@ has heard that much after it, and commits it as that pass wrote it (its mark inc
 Trimming. Past ``trim_after_s`` the buffer is trimmed at the end of the last committed sentence:
 a committed word Whisper wrote with ``.``, ``?`` or ``!``, or with ``sentence_ends="punctuator"``
 the ends the caller reports (:meth:`StreamingRecognizer.sentence_end`, streampunct's final periods);
-past ``max_buffer_s``, at the last committed word. Whisper's casing and marks travel with the
+past ``max_buffer_s``, at the last committed word. With ``cut_at_silence``, a pass that ends in
+silence (the end of speech, above: every word heard committed) cuts the buffer where the silence
+starts, so that the next passes transcribe only what follows. Whisper's casing and marks travel with the
 words; streampunct's normalisation strips them before the text model, and a pause fusion that
 reads marks takes them as evidence. ``prompt`` gives each pass the committed text before its
 buffer as Whisper's prompt (off by default: Whisper copies its prompt's style, and once a stretch
@@ -31,7 +33,13 @@ higher temperatures): the same audio on the same clock gives the same words. Wit
 Whisper's encoder reads the buffer and that much of the padding's silence instead of 30 s
 (:func:`encoder_window`), and a pass writes at most ``MAX_TOKENS_PER_S`` tokens a second of its audio,
 so that a hypothesis that loops ends early. Each pass reports its time and real-time factor
-(:class:`Pass`).
+(:class:`Pass`); :attr:`StreamingRecognizer.compute_ratio` is recognition seconds per second of
+audio over the latest ``COMPUTE_WINDOW_S`` of it.
+
+Guards (:mod:`.guards`). A pass whose words loop (one phrase said more than ``MAX_REPEATS`` times
+in a row) or run away (more words than ``MAX_WORDS_PER_S`` a second of its audio) is cut there:
+the words before the cut are committed and the buffer restarts past the audio heard, so the loop
+is neither committed nor transcribed again. :attr:`StreamingRecognizer.guarded` counts the cuts.
 
 Falling behind. Recognition is *behind* when audio that is due has waited more than ``max_lag_s``
 without being recognised. Audio is due once real time has reached it: the caller passes its clock
@@ -54,6 +62,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter, deque
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -63,6 +72,7 @@ from ..errors import StreamPunctError
 from ..options import RecognizerOptions
 from ..types import SAMPLE_RATE, Word
 from .agreement import LocalAgreement
+from .guards import loop_cut, runaway_cut
 from .whisper import encoder_window, is_silence
 
 __all__ = [
@@ -74,6 +84,7 @@ __all__ = [
     "SENTENCE_MARKS",
     "MIN_WINDOW_S",
     "MAX_TOKENS_PER_S",
+    "COMPUTE_WINDOW_S",
 ]
 
 
@@ -115,6 +126,7 @@ class Pass:
     buffer_s: float  # audio transcribed (the rolling buffer)
     new_s: float  # audio new to this pass
     end_of_speech: bool  # the pass ended in silence and committed the whole hypothesis
+    guard: str | None = None  # loop or runaway: the pass was cut there and the buffer restarted
 
     @property
     def real_time_factor(self) -> float:
@@ -139,6 +151,9 @@ class StreamingRecognizer:
         self.skipped: list[Skip] = []  # every skip, in order
         self._reported_end = 0.0  # the latest sentence end the caller reported (sentence_end)
         self._anchor: float | None = None  # real time minus stream time, at the latest chunk's end
+        self._passes: deque[Pass] = deque()  # the compute ratio's window
+        self._compute = (0.0, 0.0)  # its recognition seconds and new audio seconds
+        self.guarded: Counter[str] = Counter()  # passes cut by each guard (loop, runaway)
 
     @property
     def processed_until(self) -> float:
@@ -174,24 +189,58 @@ class StreamingRecognizer:
         self._reported_end = max(self._reported_end, time)
 
     def process(self, now: float | None = None) -> Hypothesis:
-        """Catch up if behind; transcribe the buffer with the due audio; commit what two
-        hypotheses agree on (and, as configured, confident words on first sight and the whole
-        hypothesis at the end of speech); trim the buffer."""
+        """Catch up if behind; transcribe the buffer with the due audio; cut a pass that loops or
+        runs away (module docstring, "Guards"); commit what two hypotheses agree on (and, as
+        configured, confident words on first sight and the whole hypothesis at the end of speech);
+        trim the buffer (after a guard's cut: restart it past the audio heard)."""
         caught_up = self.catch_up(now)
         due = self.lag(now) * SAMPLE_RATE
         new = self._take(max(int(round(due)), int(self.options.min_chunk_s * SAMPLE_RATE)))
         t0 = time.perf_counter()
         words, probabilities = self._transcribe()
         seconds = time.perf_counter() - t0
+        guard, cut = self._guard(words)
+        words, probabilities = words[:cut], probabilities[:cut]
         committed = self.policy.update(words, probabilities, self.processed_until)
-        pause = self._ends_in_silence(words)
-        if pause:
+        pause = guard is None and self._ends_in_silence(words)
+        if pause or guard is not None:
             committed += self.policy.settle()
-        stats = Pass(seconds, len(self.audio) / SAMPLE_RATE, new / SAMPLE_RATE, pause)
-        self._trim()
+        stats = Pass(seconds, len(self.audio) / SAMPLE_RATE, new / SAMPLE_RATE, pause, guard)
+        self._count(stats)
+        if guard is not None:
+            self._restart(self.processed_until)
+        else:
+            self._trim(at_silence=pause and self.options.cut_at_silence)
         if caught_up is None:
             return Hypothesis(committed, self.policy.pending(), pass_=stats)
         return Hypothesis(caught_up.committed + committed, self.policy.pending(), caught_up.skipped, stats)
+
+    @property
+    def compute_ratio(self) -> float | None:
+        """Seconds of recognition per second of new audio, over the latest passes that took
+        ``COMPUTE_WINDOW_S`` of audio (None before the first pass): over 1, recognition falls
+        behind real time."""
+        return self._compute[0] / self._compute[1] if self._compute[1] else None
+
+    def _count(self, stats: Pass) -> None:
+        """A pass into the compute ratio's window, and its guard into ``guarded``."""
+        self._passes.append(stats)
+        seconds, audio = self._compute[0] + stats.seconds, self._compute[1] + stats.new_s
+        while len(self._passes) > 1 and audio - self._passes[0].new_s >= COMPUTE_WINDOW_S:
+            gone = self._passes.popleft()
+            seconds, audio = seconds - gone.seconds, audio - gone.new_s
+        self._compute = (seconds, audio)
+        if stats.guard is not None:
+            self.guarded[stats.guard] += 1
+
+    def _guard(self, words: list[Word]) -> tuple[str | None, int | None]:
+        """Which guard a pass's words trip (``loop`` or ``runaway``), and the index to cut them
+        at; (None, None): none."""
+        cut = loop_cut([w.text for w in words])
+        if cut is not None:
+            return "loop", cut
+        cut = runaway_cut(len(words), len(self.audio) / SAMPLE_RATE)
+        return ("runaway", cut) if cut is not None else (None, None)
 
     def _policy(self, last_end: float) -> LocalAgreement:
         return LocalAgreement(
@@ -225,15 +274,20 @@ class StreamingRecognizer:
         committed = self.policy.settle()
         start = self.processed_until
         samples = round((self._due_until(now) - self.options.resume_s - start) * SAMPLE_RATE)  # < unprocessed
-        self.history.extend(w.text for w in self.policy.committed)
-        del self.history[:-60]
         waiting = np.concatenate(self.waiting)[samples:]
         self.waiting, self.unprocessed = [waiting], len(waiting)
-        self.audio = np.zeros(0, dtype=np.float32)
-        self.offset = start + samples / SAMPLE_RATE  # exact: whole samples, no drift
-        self.policy = self._policy(self.offset)
+        self._restart(start + samples / SAMPLE_RATE)  # exact: whole samples, no drift
         self.skipped.append(Skip(start, self.offset))
         return Hypothesis(committed, [], self.skipped[-1])
+
+    def _restart(self, offset: float) -> None:
+        """An empty buffer from stream time ``offset``, every word before it committed (a skip,
+        or a guard's cut)."""
+        self.history.extend(w.text for w in self.policy.committed)
+        del self.history[:-60]
+        self.audio = np.zeros(0, dtype=np.float32)
+        self.offset = offset
+        self.policy = self._policy(offset)
 
     def finish(self) -> list[Word]:
         """End of audio: transcribe what is left and commit all of it."""
@@ -295,7 +349,11 @@ class StreamingRecognizer:
         marked = (w.end for w in reversed(self.policy.committed) if w.end and w.text.endswith(SENTENCE_MARKS))
         return next(marked, 0.0)
 
-    def _trim(self) -> None:
+    def _trim(self, at_silence: bool = False) -> None:
+        """Trim the buffer (module docstring, "Trimming"); ``at_silence``: every word heard is
+        committed and the last ``end_of_speech_s`` is silence, and the buffer is cut where it starts."""
+        if at_silence and self.options.end_of_speech_s is not None:
+            return self._cut(self.processed_until - self.options.end_of_speech_s)
         length = len(self.audio) / SAMPLE_RATE
         sentence_end = self._sentence_end() if length > self.options.trim_s else 0.0
         cut = None
@@ -305,7 +363,10 @@ class StreamingRecognizer:
             cut = self.policy.last_end if self.policy.last_end > self.offset else self.processed_until - 1.0
         if cut is None:
             return
-        cut = min(cut, self.policy.last_end) if self.policy.last_end > self.offset else cut
+        self._cut(min(cut, self.policy.last_end) if self.policy.last_end > self.offset else cut)
+
+    def _cut(self, cut: float) -> None:
+        """The buffer from stream time ``cut`` on; the committed words before it leave it."""
         samples = round((cut - self.offset) * SAMPLE_RATE)  # 24.999999 s is 400000 samples, not 399999
         if samples <= 0:
             return
@@ -318,6 +379,8 @@ class StreamingRecognizer:
 
 # A committed word Whisper wrote with one of these closes a sentence: the buffer is trimmed there.
 SENTENCE_MARKS = (".", "?", "!")
+# The compute ratio is taken over the latest passes that took this much new audio (s).
+COMPUTE_WINDOW_S = 30.0
 # Whisper's encoder reads at least this much (s) with ``encoder_pad_s``: on a second of speech and a
 # few of silence, tiny.en loops ("And so and so and so ..."), each loop a long pass.
 MIN_WINDOW_S = 10.0
