@@ -105,6 +105,7 @@ class Job:
     stream: PunctStream
     call: Call
     future: asyncio.Future[list[PunctEvent]] | None = field(default=None, repr=False)
+    submitted: float = 0.0  # time.perf_counter() when the batcher got it
 
     @property
     def size(self) -> int:
@@ -173,6 +174,9 @@ class Batcher:
         self.jobs = 0
         self.faults = 0  # batches in a row whose every job failed unexpectedly
         self.last_fault: str | None = None
+        # told after each batch: its jobs, the words it made final, each job's seconds from its
+        # submission to its result (the server's metrics)
+        self.on_batch: Callable[[int, int, list[float]], None] | None = None
 
     async def push(
         self,
@@ -245,6 +249,7 @@ class Batcher:
         if self._worker is None:
             self._worker = loop.create_task(self._run())
         job.future = loop.create_future()
+        job.submitted = time.perf_counter()
         await self._queue.put(job)
         return await job.future
 
@@ -304,6 +309,10 @@ class Batcher:
     def _deliver(self, batch: list[Job], results: Sequence[list[PunctEvent] | Exception]) -> None:
         self.batches += 1
         self.jobs += len(batch)
+        if self.on_batch is not None:
+            now = time.perf_counter()
+            finals = sum(e.final for r in results if not isinstance(r, Exception) for e in r)
+            self.on_batch(len(batch), finals, [now - job.submitted for job in batch])
         unexpected = [r for r in results if isinstance(r, Exception) and not isinstance(r, StreamPunctError)]
         if unexpected:
             log.error("batch_job_failed", exc_info=unexpected[0])

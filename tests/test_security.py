@@ -114,6 +114,8 @@ def test_a_token_is_checked_before_the_websocket_opens(guarded):
     http = guarded.replace("ws://", "http://")
     with urllib.request.urlopen(http + "/health") as r:  # a probe needs no token, and learns nothing
         assert json.loads(r.read())["status"] == "ok"
+    with urllib.request.urlopen(http + "/metrics") as r:  # nor does a scrape: counts, no content
+        assert b"streampunct_open_streams" in r.read()
 
 
 def test_only_allowed_origins_may_open_streams(guarded):
@@ -140,7 +142,7 @@ def test_a_host_it_does_not_answer_to_is_refused_before_the_upgrade(limited, gua
     stood in its way, and it compared the Origin with that Host."""
     port = urlsplit(limited).port
     evil = ("Host", f"evil.example:{port}")
-    for path in ("/v1/punct", "/v1/asr", "/health", "/"):
+    for path in ("/v1/punct", "/v1/asr", "/health", "/metrics", "/"):
         status, body = handshake(limited, evil, ("Origin", f"http://evil.example:{port}"), path=path)
         assert (status, body["code"]) == (403, "forbidden_host") and "evil.example" in body["message"], path
     assert handshake(limited, evil)[0] == 403  # not a browser: the same

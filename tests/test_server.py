@@ -212,6 +212,44 @@ def test_many_clients_at_once(server, shipped):
         assert labels == shipped.predict(words, lookahead=2)
 
 
+def scrape(url: str) -> dict[tuple[str, tuple], float]:
+    """The server's /metrics, parsed as Prometheus parses it: {(sample, labels): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url.replace("ws://", "http://") + "/metrics") as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=")
+        text = r.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_metrics_count_what_the_server_did(server):
+    """/metrics (Prometheus text, no token on loopback as /health): sessions by endpoint, final
+    words, batch sizes and the decision lag, the workers' load; counters from the start."""
+    before = scrape(server)
+    replies = [asyncio.run(talk(server, [{"type": "words", "words": WORDS}])) for _ in range(2)]
+    after = scrape(server)
+
+    def grew(name, labels=()):
+        return after[(name, labels)] - before.get((name, labels), 0.0)
+
+    assert grew("streampunct_sessions_total", (("endpoint", "punct"),)) == 2
+    assert grew("streampunct_sessions_total", (("endpoint", "asr"),)) == 0
+    assert after[("streampunct_failed_sessions_total", (("endpoint", "punct"),))] == 0
+    assert grew("streampunct_final_words_total") == 2 * len(WORDS) == sum(len(finals(r)) for r in replies)
+    batches = grew("streampunct_batch_size_count")
+    assert batches >= 2 and grew("streampunct_batch_size_sum") >= batches
+    assert grew("streampunct_decision_lag_seconds_count") == grew("streampunct_batch_size_sum")  # one a job
+    assert 0 < grew("streampunct_decision_lag_seconds_sum") < 60
+    assert after[("streampunct_open_streams", ())] == 0
+    assert after[("streampunct_punctuation_capacity", ())] > 0
+    assert 0 <= after[("streampunct_punctuation_load", ())] <= 1
+    assert after[("streampunct_recognition_guarded_passes_total", (("guard", "loop"),))] == 0
+
+
 def test_stream_limit_and_graceful_shutdown(shipped):
     proc, url = start_server("--max-streams", "1")
     try:

@@ -2,7 +2,7 @@
 
 - ``/v1/punct``: word hypotheses from any recogniser in, punctuation events out.
 - ``/v1/asr``: 16 kHz PCM16 audio in; recognised words, punctuation events and caption lines out.
-- ``/health``: plain HTTP, JSON status. ``/``: the browser caption page.
+- ``/health``: plain HTTP, JSON status; ``/metrics``: Prometheus text (:mod:`.metrics`). ``/``: the browser caption page.
 
 Per-connection state lives in one session object per connection; all punctuation work goes through
 one :class:`~streampunct.scheduler.Batcher` (many streams, one forward pass), and speech
@@ -35,6 +35,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from websockets.asyncio.server import ServerConnection, serve
+from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
@@ -44,6 +45,7 @@ from streampunct.flags import add_config_flags, config_from_flags, number_or_off
 from streampunct.options import FrontEndOptions, RecognizerOptions
 from streampunct.scheduler import LOAD_WINDOW_S, Batcher, Load
 from streampunct.server.guard import LOOPBACK_HOSTS, STREAMS_PER_CLIENT, Access, Limits, is_loopback
+from streampunct.server.metrics import CONTENT_TYPE_LATEST, Metrics
 from streampunct.server.sessions import AsrSession, PunctSession, Session, log, log_event
 from streampunct.server.web import json_response, page_response
 
@@ -92,12 +94,13 @@ class App:
         self.batcher = Batcher()
         self.asr_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr")
         self.asr_load = Load()  # the recognition worker's, in audio seconds
-        self.asr_guarded: Counter[str] = Counter()  # recognition passes cut by each guard (loop, runaway)
         self._whisper: Any = None
         self._whisper_lock = asyncio.Lock()
         self.active = 0
         self.streams_of: Counter[str | None] = Counter()  # open streams by client address
         self.sessions: dict[str, Session] = {}  # the open ones, by id
+        self.metrics = Metrics(self)
+        self.batcher.on_batch = self.metrics.observe_batch
         self.stopped_at = math.inf  # when SIGTERM (or SIGINT) came
         self.stopping = asyncio.Event()
         self._ids = itertools.count(1)
@@ -137,7 +140,7 @@ class App:
         # the recogniser's guards since the server started
         capacity = self.asr_load.capacity()
         body["recognition"].update(
-            compute_ratio=capacity and round(1 / capacity, 3), guarded=dict(self.asr_guarded)
+            compute_ratio=capacity and round(1 / capacity, 3), guarded=self.metrics.guarded_passes()
         )
         if self.stopping.is_set():
             body["status"] = "stopping"
@@ -169,12 +172,14 @@ class App:
             return response
         if path == "/health":
             return await self.health()
+        if path == "/metrics":
+            return Response(200, "OK", Headers({"Content-Type": CONTENT_TYPE_LATEST}), self.metrics.render())
         if path in ("/", "/index.html"):
             return page_response()
         if not stream:
             return json_response(
                 HTTPStatus.NOT_FOUND,
-                P.Error("not_found", f"no endpoint {path}; try /v1/punct, /v1/asr or /health"),
+                P.Error("not_found", f"no endpoint {path}; try /v1/punct, /v1/asr, /health or /metrics"),
             )
         if self.stopping.is_set():
             return json_response(
@@ -244,6 +249,7 @@ class App:
             else AsrSession(self, connection, session_id)
         )
         self.sessions[session_id] = session
+        self.metrics.sessions.labels(session.endpoint).inc()
         try:
             await session.run()
         except ConnectionClosed as e:
@@ -253,6 +259,7 @@ class App:
         except Exception:
             stopped = session.stream.n_final if session.stream is not None else None
             log.exception("session_failed", extra={"fields": {"session": session_id, "word": stopped}})
+            self.metrics.failed.labels(session.endpoint).inc()
             try:
                 message = "the server failed on this stream; it is closed"
                 if stopped is not None:

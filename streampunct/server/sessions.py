@@ -48,6 +48,7 @@ class Session:
     """The state of one connection: its configuration and its stream."""
 
     audio = False
+    endpoint = "punct"  # its metrics' label
     INPUT = "words"  # what keeps a stream alive: ticks, and messages refused, do not
     DRAIN_QUIET_S = 1.0  # on shutdown: no message for this long, and the client has sent all it had
 
@@ -317,6 +318,7 @@ class PunctSession(Session):
         except Exception:
             final = self.stream.n_final
             log.exception("session_failed", extra={"fields": {"session": self.id, "word": final}})
+            self.app.metrics.failed.labels(self.endpoint).inc()
             with contextlib.suppress(ConnectionClosed):
                 message = f"the server failed on this stream; it is closed (words before {final} are final)"
                 await self.send(P.Error("internal", message, final))
@@ -357,6 +359,7 @@ class AsrSession(Session):
     message; the connection stays open."""
 
     audio = True
+    endpoint = "asr"
     INPUT = "audio"
 
     # Audio waiting beyond this (a sender an hour ahead of recognition): stop reading. Not sooner:
@@ -448,6 +451,7 @@ class AsrSession(Session):
             pass  # the receive loop sees it too
         except Exception:
             log.exception("recognition_failed", extra={"fields": {"session": self.id}})
+            self.app.metrics.failed.labels(self.endpoint).inc()
             try:
                 message = "speech recognition failed on this stream; it is closed"
                 await self.send(P.Error("internal", message, self.stream.n_final))
@@ -482,10 +486,11 @@ class AsrSession(Session):
                 start=round(skip.start, 3),
                 end=round(skip.end, 3),
             )
+            self.app.metrics.skipped.inc(skip.seconds)
             await self.send(P.Lag.over(skip.start, skip.end, self.compute_ratio()))
         p = heard.hypothesis.pass_
         if p is not None and p.guard is not None:
-            self.app.asr_guarded[p.guard] += 1
+            self.app.metrics.guarded.labels(p.guard).inc()
             log_event(
                 logging.WARNING, "asr_guard", session=self.id, guard=p.guard, buffer_s=round(p.buffer_s, 3)
             )

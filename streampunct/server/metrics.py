@@ -1,0 +1,106 @@
+"""The server's Prometheus metrics, served at ``/metrics`` in the text exposition format: what a
+dashboard, an alert or an autoscaler reads. One registry per server (not the process-global one), so
+that servers in one process (the clients' embedded ones, the tests) keep their own.
+
+Counters count from the server's start; the gauges are read when scraped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+if TYPE_CHECKING:
+    from .app import App
+
+__all__ = ["Metrics", "CONTENT_TYPE_LATEST"]
+
+ENDPOINTS = ("punct", "asr")
+GUARDS = ("loop", "runaway")  # StreamingRecognizer's guards
+GUARDED = "streampunct_recognition_guarded_passes"
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0)
+
+
+class Metrics:
+    """Every metric of one server; the server and its sessions call the ``observe``/``count``
+    methods as things happen."""
+
+    def __init__(self, app: App):
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        streams = Gauge("streampunct_open_streams", "Streams open now, on both endpoints", registry=r)
+        streams.set_function(lambda: app.active)
+        self.sessions = Counter("streampunct_sessions", "Sessions opened", ["endpoint"], registry=r)
+        self.failed = Counter(
+            "streampunct_failed_sessions", "Sessions the server failed on (closed with internal)", ["endpoint"],
+            registry=r,
+        )  # fmt: skip
+        self.words = Counter("streampunct_final_words", "Words whose punctuation became final", registry=r)
+        self.batch = Histogram(
+            "streampunct_batch_size", "Jobs in each batch the punctuation worker ran", buckets=BATCH_BUCKETS,
+            registry=r,
+        )  # fmt: skip
+        self.lag = Histogram(
+            "streampunct_decision_lag_seconds",
+            "From a call reaching the punctuation batcher to its events (waiting and computing)",
+            buckets=LAG_BUCKETS,
+            registry=r,
+        )
+        for name, load, unit in (
+            ("punctuation", app.batcher.load, "words"),
+            ("recognition", app.asr_load, "audio seconds"),
+        ):
+            busy = Gauge(
+                f"streampunct_{name}_load", f"Share of the last 5 s the {name} worker computed", registry=r
+            )
+            busy.set_function(load.busy)
+            done = Gauge(
+                f"streampunct_{name}_capacity", f"{unit.capitalize()} the {name} worker gets done a second of computing",
+                registry=r,
+            )  # fmt: skip
+            done.set_function(_or_nan(load.capacity))
+        ratio = Gauge(
+            "streampunct_recognition_compute_ratio", "Recognition seconds per second of audio, lately (all streams)",
+            registry=r,
+        )  # fmt: skip
+        ratio.set_function(_or_nan(lambda: (c := app.asr_load.capacity()) and 1 / c))
+        self.guarded = Counter(GUARDED, "Recognition passes cut by a guard", ["guard"], registry=r)
+        self.skipped = Counter(
+            "streampunct_recognition_skipped_seconds",
+            "Audio skipped because recognition fell behind",
+            registry=r,
+        )
+        for endpoint in ENDPOINTS:  # every series present from the start, at 0
+            self.sessions.labels(endpoint)
+            self.failed.labels(endpoint)
+        for guard in GUARDS:
+            self.guarded.labels(guard)
+
+    def observe_batch(self, size: int, finals: int, lags: Sequence[float]) -> None:
+        """A batch of ``size`` jobs ran, made ``finals`` words final; each job's wait and compute."""
+        self.batch.observe(size)
+        self.words.inc(finals)
+        for lag in lags:
+            self.lag.observe(lag)
+
+    def guarded_passes(self) -> dict[str, int]:
+        """The passes each guard has cut, those it has."""
+        counts = {g: self.registry.get_sample_value(GUARDED + "_total", {"guard": g}) for g in GUARDS}
+        return {g: int(n) for g, n in counts.items() if n}
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _or_nan(read: Callable[[], float | None]) -> Callable[[], float]:
+    """A gauge's reading: NaN while there is none (before the worker has computed)."""
+    return lambda: v if (v := read()) is not None else float("nan")
