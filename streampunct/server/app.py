@@ -142,9 +142,10 @@ class App:
         body["recognition"].update(
             compute_ratio=capacity and round(1 / capacity, 3), guarded=self.metrics.guarded_passes()
         )
-        if self.stopping.is_set():
+        if self.stopping.is_set():  # a load balancer sends new streams elsewhere while it drains
             body["status"] = "stopping"
-        elif self.batcher.faults:
+            return json_response(HTTPStatus.SERVICE_UNAVAILABLE, body)
+        if self.batcher.faults:
             try:
                 probe = self.punctuator.stream(lookahead=1)
                 await asyncio.wait_for(self.batcher.push(probe, ["is", "it", "working"]), 10)
