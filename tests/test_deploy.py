@@ -140,3 +140,29 @@ def test_a_replica_stopped_mid_stream_finishes_its_streams_and_the_next_go_to_th
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=30)
+
+
+def test_the_kubernetes_manifest_drains_within_its_grace_period_and_probes_health():
+    """deploy/kubernetes.yaml, parsed: the container's arguments are `streampunct serve`'s flags;
+    readiness and liveness read /health on the served port with a Host it answers; preStop, then
+    the server's drain (twice --shutdown-grace-s), fit in terminationGracePeriodSeconds."""
+    yaml = pytest.importorskip("yaml")
+    from streampunct.server.app import build_parser
+
+    docs = {d["kind"]: d for d in yaml.safe_load_all((ROOT / "deploy" / "kubernetes.yaml").read_text())}
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"][0] == "serve"
+    args = build_parser().parse_args(container["args"][1:])  # flags the server takes
+    port = container["ports"][0]
+    assert port["containerPort"] == args.port and args.host == "0.0.0.0"
+    assert docs["Service"]["metadata"]["name"] in args.allow_host
+    assert docs["Service"]["spec"]["ports"][0]["targetPort"] == port["name"]
+    for probe in ("readinessProbe", "livenessProbe"):
+        get = container[probe]["httpGet"]
+        assert get["path"] == "/health" and get["port"] == port["name"]
+        assert {"name": "Host", "value": "localhost"} in get["httpHeaders"]
+    pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert pre_stop[0] == "sleep"
+    drain = float(pre_stop[1]) + 2 * args.shutdown_grace_s
+    assert pod["terminationGracePeriodSeconds"] >= drain + 5
