@@ -45,11 +45,22 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import CACHE, RESULTS, ROOT, Server, machine, make_speech, rss_mb, start_server  # noqa: E402
+from common import (  # noqa: E402
+    CACHE,
+    ESPEAK,
+    RESULTS,
+    ROOT,
+    Server,
+    machine,
+    make_speech,
+    rss_mb,
+    start_server,
+)  # fmt: skip
 from websockets.asyncio.client import ClientConnection, connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed  # noqa: E402
 
 from streampunct import protocol as P  # noqa: E402
+from streampunct.options import RecognizerOptions  # noqa: E402
 from streampunct.text import normalize, read_iwslt  # noqa: E402
 
 # A recogniser's habits, on the simulated clock (seconds).
@@ -106,6 +117,7 @@ class SessionReport:
     skipped_s: float = 0.0
     captions: int = 0
     wall_s: float = 0.0
+    latency_s: dict[str, float] = field(default_factory=dict)  # asr, paced: caption lines after their speech
 
     @property
     def ok(self) -> bool:
@@ -461,6 +473,11 @@ async def asr_session(
         report.wall_s = time.perf_counter() - t0
         return report
     report.wall_s = time.perf_counter() - t0
+    late = sorted(x for x in result.latencies if x == x)  # NaN when not paced
+    if late:
+        report.latency_s = {
+            q: round(late[min(len(late) - 1, int(f * len(late)))], 2) for q, f in LATENCY_QUANTILES
+        }
     finals = FinalCheck()
     committed: list[int] = []
     for _, msg in result.timeline:
@@ -497,6 +514,115 @@ async def asr_session(
     report.words_one_final = finals.result(report.words)
     report.problems += finals.problems
     return report
+
+
+LATENCY_QUANTILES = (("p50", 0.5), ("p95", 0.95), ("max", 1.0))
+TRAP_SENTENCE = "I do not know what you mean."
+ROOM_NOISE = 1e-3  # a pause is quiet, not digital silence: noise at about -60 dBFS
+
+
+def hours_audio(
+    audio: Any, pause_every_s: float, pause_s: tuple[float, float] | None, trap: int, seed: int
+) -> tuple[Any, dict[str, Any]]:
+    """The soak's speech with long pauses and a looped sentence: after every ``pause_every_s`` of
+    speech (cut where espeak-ng's pieces meet, in their silence) a pause of ``pause_s`` seconds
+    (uniform; room noise); in the middle pause, ``trap`` copies of one sentence back to back (a
+    recogniser's loop trap). Returns the audio and where its parts are (seconds)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    rate = 16000
+    quiet = np.flatnonzero(
+        np.convolve(audio == 0, np.ones(rate // 5), "valid") == rate // 5
+    )  # 0.2 s of zeros
+    cuts, target = [], pause_every_s * rate
+    while pause_s is not None and len(quiet) and target < len(audio):
+        at = quiet[np.searchsorted(quiet, target).clip(max=len(quiet) - 1)] + rate // 10
+        if at <= (cuts[-1] if cuts else 0):
+            break
+        cuts.append(int(at))
+        target = at + pause_every_s * rate
+    parts, layout, start = [], {"pauses": [], "trap": None}, 0
+    for i, cut in enumerate([*cuts, len(audio)]):
+        parts.append(audio[start:cut])
+        start = cut
+        if cut == len(audio):
+            break
+        at = sum(map(len, parts)) / rate
+        seconds = float(rng.uniform(*pause_s)) if pause_s else 0.0
+        noise = (ROOM_NOISE * rng.standard_normal(int(seconds * rate))).astype(np.float32)
+        if trap and i == len(cuts) // 2:
+            loop = np.concatenate([trap_sentence(), np.zeros(rate // 4, np.float32)] * trap)
+            half = len(noise) // 2
+            parts += [noise[:half], loop, noise[half:]]
+            layout["trap"] = {
+                "start": round(at + half / rate, 2),
+                "seconds": round(len(loop) / rate, 2),
+                "copies": trap,
+            }
+        else:
+            parts.append(noise)
+        layout["pauses"].append({"start": round(at, 2), "seconds": round(seconds, 2)})
+    return np.concatenate(parts), layout
+
+
+def trap_sentence() -> Any:
+    """TRAP_SENTENCE, read by espeak-ng, 16 kHz float32."""
+    import subprocess
+    import tempfile
+
+    from streampunct.clients.file import load_audio
+
+    with tempfile.TemporaryDirectory() as tmp:
+        wav = Path(tmp) / "trap.wav"
+        subprocess.run(["espeak-ng", *ESPEAK, "-w", str(wav), TRAP_SENTENCE], check=True)
+        return load_audio(str(wav))
+
+
+class MetricsWatch:
+    """The server's /metrics every ``every`` seconds: the recogniser's longest buffer, its compute
+    ratio and the passes its guards cut."""
+
+    def __init__(self, url: str, every: float) -> None:
+        self.url, self.every = url.replace("ws://", "http://") + "/metrics", every
+        self.buffer_max_s = 0.0
+        self.last: dict[str, float] = {}
+
+    def sample(self) -> None:
+        import urllib.request
+
+        from prometheus_client.parser import text_string_to_metric_families
+
+        with urllib.request.urlopen(self.url, timeout=10) as r:
+            text = r.read().decode()
+        for family in text_string_to_metric_families(text):
+            for x in family.samples:
+                key = x.name + "".join(f"_{v}" for v in x.labels.values())
+                self.last[key] = x.value
+        self.buffer_max_s = max(
+            self.buffer_max_s, self.last.get("streampunct_recognition_buffer_seconds", 0.0)
+        )
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.to_thread(self.sample)
+            await asyncio.sleep(self.every)
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "buffer_max_s": round(self.buffer_max_s, 2),
+            "buffer_limit_s": BUFFER_LIMIT_S,
+            "guarded": {
+                g: int(self.last.get(f"streampunct_recognition_guarded_passes_total_{g}", 0))
+                for g in ("loop", "runaway")
+            },
+            "skipped_s": round(self.last.get("streampunct_recognition_skipped_seconds_total", 0.0), 2),
+        }
+
+
+# A recogniser's buffer holds at most max_buffer_s after a pass, and the audio due to the next
+# (under max_lag_s, or it skips).
+BUFFER_LIMIT_S = RecognizerOptions().max_buffer_s + (RecognizerOptions().max_lag_s or 0.0) + 1.0
 
 
 # --- the run ---------------------------------------------------------------------------------------
@@ -551,6 +677,8 @@ async def soak(
 
     watch = MemoryWatch(server.pid, sample_s)
     watching = asyncio.create_task(watch.run())
+    metrics = MetricsWatch(server.url, sample_s)
+    scraping = asyncio.create_task(metrics.run())
     t0 = time.perf_counter()
     jobs = [
         punct_stream(server.url, i, words, (i + 1) * len(words) // (streams + 1), punct_minutes, seed, engine)
@@ -573,10 +701,12 @@ async def soak(
     wall = time.perf_counter() - t0
     reporting.cancel()
     watching.cancel()
+    scraping.cancel()
     await asyncio.sleep(min(1.0, sample_s))  # the last replies sent, buffers freed
     watch.sample()
+    await asyncio.to_thread(metrics.sample)
     sessions = warm + [r for rs in results if isinstance(rs, list) for r in rs] + asr_reports
-    return summary(sessions, watch.samples, wall, server)
+    return {**summary(sessions, watch.samples, wall, server), "recognition": metrics.figures()}
 
 
 def memory(samples: list[tuple[float, float]], wall: float) -> dict[str, Any]:
@@ -648,8 +778,9 @@ def summary(
 
 
 def passed(figures: dict[str, Any]) -> bool:
-    t = figures["total"]
-    return t["failed"] == 0 and t["words_without_one_final"] == 0 and not figures["failures"]
+    t, r = figures["total"], figures.get("recognition", {})
+    buffer_ok = r.get("buffer_max_s", 0.0) <= BUFFER_LIMIT_S
+    return t["failed"] == 0 and t["words_without_one_final"] == 0 and not figures["failures"] and buffer_ok
 
 
 def table(figures: dict[str, Any]) -> str:
@@ -666,6 +797,17 @@ def table(figures: dict[str, Any]) -> str:
             f"| {s['revisions']} ({s['revisions_refused']}) | {s['late_revisions_refused']} "
             f"| {s['speech_minutes']:.1f} | {s['audio_minutes']:.1f} | {s['wall_s']:.0f} |"
         )
+    r = figures.get("recognition")
+    if r:
+        late = next((x.get("latency_s") for x in figures["sessions"] if x["stream"] == "asr"), None) or {}
+        said = ", ".join(f"{q} {v:.1f} s" for q, v in late.items())
+        rows += [
+            "",
+            f"Recognition: longest buffer {r['buffer_max_s']:.1f} s (limit {r['buffer_limit_s']:.0f} s); passes cut "
+            f"by a guard: {r['guarded']}; audio skipped {r['skipped_s']:.1f} s"
+            + (f"; caption lines after their speech: {said}" if said else "")
+            + ".",
+        ]
     m = figures["memory"]
     if m:
         rows += [
@@ -690,6 +832,14 @@ def main() -> int:
         default=0,
         help="0: the audio as fast as the server reads it (default); 1: live",
     )
+    ap.add_argument(
+        "--asr-pauses", nargs=2, type=float, metavar=("MIN", "MAX"), default=None,
+        help="a pause of MIN to MAX seconds (room noise) after every --asr-pause-every of speech",
+    )  # fmt: skip
+    ap.add_argument("--asr-pause-every", type=float, default=300.0, metavar="S", help="speech between pauses")
+    ap.add_argument(
+        "--asr-trap", type=int, default=0, metavar="N", help="one sentence N times in a row, mid-run"
+    )
     ap.add_argument("--model", default=None, help="punctuation model: default, base or a checkpoint folder")
     ap.add_argument("--asr-model", default=None, help="tiny.en (the server's default), base or a folder")
     ap.add_argument("--device", default="cpu", help="the server's device (cpu, cuda)")
@@ -703,7 +853,7 @@ def main() -> int:
     args = ap.parse_args()
 
     words, labels = read_iwslt(Path(args.data) / "iwslt" / "dev2012")
-    audio = None
+    audio, layout = None, None
     if args.asr_minutes > 0:
         from streampunct.clients.file import load_audio
 
@@ -712,6 +862,11 @@ def main() -> int:
         audio = load_audio(str(wav))
         print(f"speech: {wav} ({len(audio) / 16000 / 60:.1f} min, {n_read:,} words of text, "
               f"{time.perf_counter() - t:.0f} s)", flush=True)  # fmt: skip
+        if args.asr_pauses or args.asr_trap:
+            audio, layout = hours_audio(
+                audio, args.asr_pause_every, args.asr_pauses, args.asr_trap, args.seed
+            )
+            print(f"with pauses and trap: {len(audio) / 16000 / 60:.1f} min, {layout}", flush=True)
 
     server_args = ["--device", args.device, "--max-streams", str(args.streams + 8)]
     server_args += ["--model", args.model] if args.model else []
@@ -742,6 +897,7 @@ def main() -> int:
         "model": args.model or "default",
         "asr_model": args.asr_model or "tiny.en",
         "asr_speed": args.asr_speed,
+        "asr_layout": layout,
         "server_log": str(server.log),
         "server_exit_status": status,
         "passed": passed(figures),

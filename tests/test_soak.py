@@ -1,8 +1,9 @@
 """The soak, short: benchmarks/soak.py's own code against a real `streampunct serve`, on text made
 here (no shared data): three /v1/punct streams of three simulated minutes each with a recogniser's
 habits (bursts, pauses with ticks, revisions of the tail, late revisions that must be refused), and
-espeak-ng reading that text through /v1/asr. No session may fail, and every word gets exactly one
-final decision. The hour-long run is `python benchmarks/soak.py` (docs/soak.md)."""
+espeak-ng reading that text through /v1/asr, with pauses and a sentence said five times in a row. No
+session may fail, every word gets exactly one final decision, and the recogniser's buffer stays
+under its limit. The hour-long run is `python benchmarks/soak.py` (docs/soak.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import shutil
 import pytest
 
 from benchmarks.common import make_speech, start_server
-from benchmarks.soak import passed, soak, table
+from benchmarks.soak import hours_audio, passed, soak, table
 
 SUBJECTS = "i we you they people my friend the teacher our city this idea".split()
 VERBS = "think know see want made found said built tried loved asked".split()
@@ -84,8 +85,11 @@ def test_asr_soak(server, tmp_path):
 
     words, labels = make_text(400, seed=1)
     wav, _ = make_speech(words, labels, minutes=0.25, cache=tmp_path, piece_words=30)
-    audio = load_audio(str(wav))
-    assert 10 < len(audio) / 16000 < 35
+    speech = load_audio(str(wav))
+    assert 10 < len(speech) / 16000 < 35
+    # pauses of 1 to 2 s (room noise) every 8 s of speech, and a sentence said five times in a row
+    audio, layout = hours_audio(speech, 8.0, (1.0, 2.0), trap=5, seed=0)
+    assert len(layout["pauses"]) >= 2 and layout["trap"]["copies"] == 5
     figures = asyncio.run(soak(server, words, streams=0, audio=audio, sample_s=0.5, warm_up=False))
     print(table(figures))
     asr = figures["streams"]["asr"]
@@ -93,3 +97,5 @@ def test_asr_soak(server, tmp_path):
     assert asr["sessions"] == 1 and asr["failed"] == 0
     assert asr["words"] > 30 and asr["words_one_final"] == asr["words"]
     assert asr["captions"] > 0
+    recognition = figures["recognition"]
+    assert 0 < recognition["buffer_max_s"] <= recognition["buffer_limit_s"]

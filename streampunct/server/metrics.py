@@ -19,6 +19,8 @@ from prometheus_client import (
     generate_latest,
 )
 
+from ..types import SAMPLE_RATE
+
 if TYPE_CHECKING:
     from .app import App
 
@@ -73,6 +75,11 @@ class Metrics:
             registry=r,
         )  # fmt: skip
         ratio.set_function(_or_nan(lambda: (c := app.asr_load.capacity()) and 1 / c))
+        buffer = Gauge(
+            "streampunct_recognition_buffer_seconds", "The longest audio buffer a /v1/asr stream re-transcribes",
+            registry=r,
+        )  # fmt: skip
+        buffer.set_function(lambda: max(map(_buffer_s, list(app.sessions.values())), default=0.0))
         self.guarded = Counter(GUARDED, "Recognition passes cut by a guard", ["guard"], registry=r)
         self.skipped = Counter(
             "streampunct_recognition_skipped_seconds",
@@ -99,6 +106,12 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _buffer_s(session: object) -> float:
+    """Seconds of audio in a /v1/asr session's recogniser buffer (0 for any other session)."""
+    pipeline = getattr(session, "pipeline", None)
+    return 0.0 if pipeline is None else len(pipeline.recognizer.audio) / SAMPLE_RATE
 
 
 def _or_nan(read: Callable[[], float | None]) -> Callable[[], float]:
