@@ -53,7 +53,7 @@ class RecognizerOptions:
     beam_size: int = 1
     confident: float | None = None
     end_of_speech_s: float | None = 0.5
-    cut_at_silence: bool = False
+    cut_at_silence: bool = True
     prompt: bool = False
     settle_after_s: float | None = 1.0
     settle_unsure_after_s: float | None = 2.0
