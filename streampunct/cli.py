@@ -84,6 +84,22 @@ def cmd_punctuate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_batch(args: argparse.Namespace) -> int:
+    from .batch import punctuate_archive
+
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise InputError('streampunct batch runs on Ray Data: pip install "streampunct[cluster]"') from None
+    t0 = time.perf_counter()
+    n = punctuate_archive(
+        args.source, args.out, model=args.model, lookahead=args.lookahead, engine=args.engine,
+        workers=args.workers, threads=args.threads, batch_size=args.batch_size, address=args.address,
+    )  # fmt: skip
+    print(f"{n} documents punctuated in {time.perf_counter() - t0:.1f} s -> {args.out}")
+    return 0
+
+
 def cmd_export_onnx(args: argparse.Namespace) -> int:
     from .light import LightModel
     from .light_onnx import export_onnx
@@ -310,6 +326,31 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     _add_mode(p)
     p.set_defaults(run=cmd_punctuate)
+
+    p = sub.add_parser(
+        "batch",
+        help="punctuate an archive of transcripts on Ray Data (JSON lines, Parquet or a folder of .txt)",
+    )
+    p.add_argument(
+        "source", help='a .jsonl (objects with "text", and "id"), a .parquet or a folder of .txt files'
+    )
+    p.add_argument(
+        "--out", required=True, help="JSON lines: id, labels (one a word), text, in the input's order"
+    )
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--lookahead", "-k", type=int, metavar="K", help="decide each word seeing K words ahead"
+    )
+    mode.add_argument("--offline", action="store_true", help="whole context, both sides (the default)")
+    p.add_argument("--engine", choices=ENGINES, default="auto", help="how the lookahead is bounded")
+    p.add_argument("--model", metavar="NAME|DIR", help="default, base, or a checkpoint folder")
+    p.add_argument("--workers", type=int, default=1, help="actors, each with the model loaded (default: 1)")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads (and Ray CPUs) per actor (default: 1)")
+    p.add_argument("--batch-size", type=int, default=16, help="documents an actor takes at a time")
+    p.add_argument(
+        "--address", default=None, help="an existing Ray cluster (auto, ray://HOST:10001); default: local"
+    )
+    p.set_defaults(run=cmd_batch)
 
     p = sub.add_parser("export-onnx", help="write the light model as an ONNX graph (needs the onnx package)")
     p.add_argument("out", help="the .onnx file to write")
