@@ -45,18 +45,14 @@ def read_documents(path: str | Path) -> Any:
         table = pq.read_table(str(path))
         if "text" not in table.column_names:
             raise InputError(f'{path} has no "text" column')
-        rows = table.to_pylist()
-        ds = ray.data.from_items(
-            [{"id": r.get("id", i), "text": r["text"] or ""} for i, r in enumerate(rows)]
-        )
+        rows = [{**r, "text": r["text"] or ""} for r in table.to_pylist()]
     elif path.suffix in (".jsonl", ".json", ".ndjson"):
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         if not all(isinstance(r, dict) and isinstance(r.get("text"), str) for r in rows):
             raise InputError(f'{path}: every line must be a JSON object with a string "text"')
-        ds = ray.data.from_items([{"id": r.get("id", i), "text": r["text"]} for i, r in enumerate(rows)])
     else:
         raise InputError(f"{path}: give a .jsonl, a .parquet or a folder of .txt files")
-    return ds
+    return ray.data.from_items([{"id": r.get("id", i), "text": r["text"]} for i, r in enumerate(rows)])
 
 
 class Punctuate:
@@ -72,13 +68,11 @@ class Punctuate:
         self.lookahead, self.engine = lookahead, engine
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
-        p, k, engine = self.punctuator, self.lookahead, self.engine
-        texts = [str(t) for t in batch["text"]]
-        labels = [p.predict(t.split(), lookahead=k, engine=engine) if t.split() else [] for t in texts]
+        done = [self.punctuator.label_text(str(t), self.lookahead, self.engine) for t in batch["text"]]
         return {
-            "id": list(batch["id"]) if "id" in batch else list(range(len(texts))),
-            "labels": [json.dumps(lab) for lab in labels],  # a column of lists of any length, as text
-            "text": [p.punctuate(t, lookahead=k, engine=engine) for t in texts],
+            "id": list(batch["id"]),
+            "labels": [json.dumps(labels) for labels, _ in done],  # lists of any length, as text
+            "text": [text for _, text in done],
         }
 
 

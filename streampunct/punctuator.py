@@ -151,10 +151,7 @@ class Punctuator:
         timed = [w if isinstance(w, Word) else Word(w) for w in words]
         tokens, source = normalize_text([w.text for w in timed])
         token_labels = self._label(tokens, lookahead, engine, timed if pauses else None, source)
-        labels = ["O"] * len(words)
-        for src, lab in zip(source, token_labels):
-            labels[src] = LABELS[lab]  # a word split in two takes the label of its last token
-        return labels
+        return _word_labels(len(words), source, [LABELS[i] for i in token_labels])
 
     def stream(
         self, lookahead: int = 2, max_delay_ms: float | None = None, engine: str = "auto", pauses: bool = True
@@ -168,9 +165,17 @@ class Punctuator:
 
     def punctuate(self, text: str, lookahead: int | None = None, engine: str = "auto") -> str:
         """Punctuated, capitalised text from unpunctuated text ("" for blank input)."""
+        return self.label_text(text, lookahead, engine)[1]
+
+    def label_text(
+        self, text: str, lookahead: int | None = None, engine: str = "auto"
+    ) -> tuple[list[str], str]:
+        """``predict(text.split())``'s labels and ``punctuate(text)``'s text, from one pass of the model."""
         check_lookahead(lookahead)
-        tokens, _ = normalize_text(text.split())
-        return render(tokens, [LABELS[i] for i in self._label(tokens, lookahead, engine)])
+        words = text.split()
+        tokens, source = normalize_text(words)
+        token_labels = [LABELS[i] for i in self._label(tokens, lookahead, engine)]
+        return _word_labels(len(words), source, token_labels), render(tokens, token_labels)
 
     def _label(
         self,
@@ -194,3 +199,12 @@ class Punctuator:
                 [self.model.with_pauses(row, f, a) for row, f, a in zip(logits, features, ahead)]
             )
         return logits.argmax(-1).tolist()
+
+
+def _word_labels(n: int, source: Sequence[int], token_labels: Sequence[str]) -> list[str]:
+    """Each of ``n`` words' label from its tokens' (``source``: each token's word): a word split in
+    two takes the label of its last token; a word with no token gets O."""
+    labels = ["O"] * n
+    for src, lab in zip(source, token_labels):
+        labels[src] = lab
+    return labels

@@ -97,6 +97,11 @@ class Load:
             units = sum(u for _, _, u in self._spans)
         return units / seconds if seconds > 0 else None
 
+    def seconds_per_unit(self) -> float | None:
+        """Seconds of computing a unit takes: the inverse of :meth:`capacity` (recognition's compute ratio)."""
+        capacity = self.capacity()
+        return 1 / capacity if capacity else None
+
 
 @dataclass
 class Job:

@@ -136,11 +136,10 @@ class App:
         for name, load in (("punctuation", self.batcher.load), ("recognition", self.asr_load)):
             capacity = load.capacity()
             body[name] = {"load": round(load.busy(), 3), "capacity": capacity and round(capacity, 1)}
-        # recognition seconds per audio second (the inverse of its capacity), and the passes cut by
-        # the recogniser's guards since the server started
-        capacity = self.asr_load.capacity()
+        # recognition seconds per audio second, and the passes its guards cut since the server started
+        ratio = self.asr_load.seconds_per_unit()
         body["recognition"].update(
-            compute_ratio=capacity and round(1 / capacity, 3), guarded=self.metrics.guarded_passes()
+            compute_ratio=ratio and round(ratio, 3), guarded=self.metrics.guarded_passes()
         )
         if self.stopping.is_set():  # a load balancer sends new streams elsewhere while it drains
             body["status"] = "stopping"

@@ -74,7 +74,7 @@ class Metrics:
             "streampunct_recognition_compute_ratio", "Recognition seconds per second of audio, lately (all streams)",
             registry=r,
         )  # fmt: skip
-        ratio.set_function(_or_nan(lambda: (c := app.asr_load.capacity()) and 1 / c))
+        ratio.set_function(_or_nan(app.asr_load.seconds_per_unit))
         buffer = Gauge(
             "streampunct_recognition_buffer_seconds", "The longest audio buffer a /v1/asr stream re-transcribes",
             registry=r,

@@ -152,7 +152,6 @@ class StreamingRecognizer:
         self._reported_end = 0.0  # the latest sentence end the caller reported (sentence_end)
         self._anchor: float | None = None  # real time minus stream time, at the latest chunk's end
         self._passes: deque[Pass] = deque()  # the compute ratio's window
-        self._compute = (0.0, 0.0)  # its recognition seconds and new audio seconds
         self.guarded: Counter[str] = Counter()  # passes cut by each guard (loop, runaway)
 
     @property
@@ -220,16 +219,17 @@ class StreamingRecognizer:
         """Seconds of recognition per second of new audio, over the latest passes that took
         ``COMPUTE_WINDOW_S`` of audio (None before the first pass): over 1, recognition falls
         behind real time."""
-        return self._compute[0] / self._compute[1] if self._compute[1] else None
+        audio = sum(p.new_s for p in self._passes)
+        return sum(p.seconds for p in self._passes) / audio if audio else None
 
     def _count(self, stats: Pass) -> None:
         """A pass into the compute ratio's window, and its guard into ``guarded``."""
         self._passes.append(stats)
-        seconds, audio = self._compute[0] + stats.seconds, self._compute[1] + stats.new_s
-        while len(self._passes) > 1 and audio - self._passes[0].new_s >= COMPUTE_WINDOW_S:
-            gone = self._passes.popleft()
-            seconds, audio = seconds - gone.seconds, audio - gone.new_s
-        self._compute = (seconds, audio)
+        while (
+            len(self._passes) > 1
+            and sum(p.new_s for p in self._passes) - self._passes[0].new_s >= COMPUTE_WINDOW_S
+        ):
+            self._passes.popleft()
         if stats.guard is not None:
             self.guarded[stats.guard] += 1
 
