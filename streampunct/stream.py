@@ -141,6 +141,9 @@ class PunctStream:
         self._words: list[Word] = []  # words from _word_base on; the last _tentative are tentative
         self._word_base = 0
         self._tentative = 0
+        # where the first tentative word with tokens that was heard but not added starts (k=0
+        # takes none as lookahead): where the silence after the last word ends (_silence_after)
+        self._guess_start: float | None = None
         self._tok_word: list[int] = []  # each token's word index, from _tok_base on
         self._tok_label: list[int] = []  # final tokens' labels, from _tok_base on
         self._tok_base = 0
@@ -217,6 +220,8 @@ class PunctStream:
                     self._add(w)
                     self._tentative += 1
                 else:  # lookahead enough: model work for nothing past it
+                    if first == self._n_tokens and self._guess_start is None and normalize(w.text):
+                        self._guess_start = w.start
                     self._hear(w)
         elif isinstance(call, Revise):
             words = [self._as_word(w) for w in call.words]
@@ -293,6 +298,7 @@ class PunctStream:
             self._clock = max(self._clock, w.time)
 
     def _drop_tentative(self) -> None:
+        self._guess_start = None
         if self._tentative:
             self._cut(self.n_words)
             self._tentative = 0
@@ -339,7 +345,7 @@ class PunctStream:
         deadline = self.policy.deadline(word)
         if deadline is None or self._clock < deadline:
             return None
-        start = self._word_of(t + 1).start if t + 1 < self._n_tokens else None
+        start = self._word_of(t + 1).start if t + 1 < self._n_tokens else self._guess_start
         until = deadline if start is None else min(start, deadline)
         return Word("", until, until)
 

@@ -203,6 +203,24 @@ def test_a_word_decided_at_its_deadline_hears_the_silence_after_it():
     assert last_label("we went to the shop and", pauses=True, tick=True) == "O"
 
 
+def test_at_k0_the_silence_ends_where_the_recognisers_guess_starts():
+    """At k=0 no tentative word is lookahead, yet a word decided at its deadline hears the silence
+    after it only up to where the recogniser's guess after it starts, as at k >= 1 (found by the
+    stream state machine: the stream heard silence up to the deadline)."""
+    p = Punctuator.load(device="cpu")
+    words = [Word(w, 0.3 * i, 0.3 * i + 0.25) for i, w in enumerate("we talked about the weather".split())]
+    end = words[-1].end
+
+    def last_label(limit_ms: float, tentative: list[Word]) -> str:
+        s = p.stream(lookahead=0, max_delay_ms=limit_ms)
+        events = s.push(words, now=end + 2.0, tentative=tentative)
+        return [e.label for e in events if e.final and e.index == len(words) - 1][0]
+
+    guess = [Word("and", end + 0.1, end + 0.3)]
+    assert last_label(1500, []) == "PERIOD"  # 1.5 s of silence ends the sentence
+    assert last_label(1500, guess) == last_label(100, []) == "O"  # 0.1 s of it does not
+
+
 def test_token_features_follow_the_words_of_split_tokens():
     words = [Word("i", 0.0, 0.1), Word("don't", 0.5, 0.8), Word("know", 1.8, 2.0)]
     feats = token_features(words, [0, 1, 1, 2], [None] * 4)
