@@ -235,9 +235,14 @@ def convert_flair_model(bin_path: str | Path, out_dir: str | Path) -> None:
     }
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / "tagger.safetensors.tmp"
+    # Each file written under a name of this process's own, then renamed into place: processes that
+    # install the same tagger at once (two servers, test workers) never read a half-written file.
+    # The weights last: is_tagger() needs both.
+    json_tmp = out / f"tagger.json.{os.getpid()}.tmp"
+    json_tmp.write_text(json.dumps(config, ensure_ascii=False, indent=1) + "\n")
+    json_tmp.replace(out / "tagger.json")
+    tmp = out / f"tagger.safetensors.{os.getpid()}.tmp"
     save_file({k: v.detach().to(torch.float16).contiguous() for k, v in tensors.items()}, str(tmp))
-    (out / "tagger.json").write_text(json.dumps(config, ensure_ascii=False, indent=1) + "\n")
     tmp.replace(out / "tagger.safetensors")
 
 
