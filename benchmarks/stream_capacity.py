@@ -70,11 +70,14 @@ def main() -> None:
     ap.add_argument(
         "--engine", default="auto", choices=ENGINES, help="default auto: the model's own (light: its one)"
     )
+    ap.add_argument(
+        "--int8", action="store_true", help="the encoder in int8: writes stream_capacity_int8.json"
+    )
     ap.add_argument("--readme", action="store_true")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
-    p = Punctuator.load(args.model, device=args.device)
+    p = Punctuator.load(args.model, device=args.device, int8=args.int8)
     words, _ = read_iwslt(args.data)
     runs = []
 
@@ -100,6 +103,7 @@ def main() -> None:
         "model": args.model or "default",
         "engine_used": resolve_engine(p.model, args.engine, 2),
         "engine": args.engine,
+        "int8": args.int8,
         "words_per_second": RATE,
         "max_lag_ms": args.max_lag_ms,
         "seconds": args.seconds,
@@ -108,7 +112,7 @@ def main() -> None:
     }
     model_dir = checkpoint_dir(args.model)  # another model than the default: a file of its own
     model = "" if model_dir == DEFAULT_CHECKPOINT else f"_{model_dir.name}"
-    name = f"stream_capacity{model}{device_suffix(p.device)}.json"
+    name = f"stream_capacity{model}{device_suffix(p.device)}{'_int8' if args.int8 else ''}.json"
     print(f"{p.device} sustains {lo} streams; wrote {write_json(name, payload)}")
     if args.readme:
         update_readme(*readme_section(payload))

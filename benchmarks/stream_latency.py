@@ -58,11 +58,14 @@ def main() -> None:
     ap.add_argument("--words", type=int, default=WORDS, help="timed pushes per lookahead")
     ap.add_argument("--hour", type=int, default=HOUR, help="words pushed for the memory check")
     ap.add_argument("--device", default="cpu", help="cpu or cuda; cuda writes stream_latency_cuda.json")
+    ap.add_argument(
+        "--int8", action="store_true", help="the encoder in int8: writes stream_latency_int8.json"
+    )
     ap.add_argument("--readme", action="store_true")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
-    p = Punctuator.load(args.model, device=args.device)
+    p = Punctuator.load(args.model, device=args.device, int8=args.int8)
     words, _ = read_iwslt(args.data)
     sample = words[: args.words]
     light = isinstance(p.model, LightModel)  # its one engine in the masked engine's place
@@ -136,7 +139,8 @@ def main() -> None:
         payload["streams_per_core_at_3_words_per_s_window"] = int(1 / (3 * one_core_window))
     model_dir = checkpoint_dir(args.model)
     suffix = ("" if model_dir == DEFAULT_CHECKPOINT else f"_{model_dir.name}") + device_suffix(p.device)
-    payload["model"] = str(model_dir)
+    suffix += "_int8" if args.int8 else ""
+    payload["model"], payload["int8"] = str(model_dir), args.int8
     print(f"wrote {write_json(f'stream_latency{suffix}.json', payload)}")
     if args.readme:
         update_readme("stream" + suffix.replace("_", "-"), table(payload))

@@ -58,13 +58,15 @@ def read_documents(path: str | Path) -> Any:
 class Punctuate:
     """A Ray Data actor: the model loaded once, then batches of documents labelled."""
 
-    def __init__(self, model: str | None, lookahead: int | None, engine: str, threads: int):
+    def __init__(
+        self, model: str | None, lookahead: int | None, engine: str, threads: int, int8: bool = False
+    ):
         import torch
 
         from .punctuator import Punctuator
 
         torch.set_num_threads(threads)
-        self.punctuator = Punctuator.load(model, device="cpu")
+        self.punctuator = Punctuator.load(model, device="cpu", int8=int8)
         self.lookahead, self.engine = lookahead, engine
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
@@ -83,6 +85,7 @@ def punctuate_archive(
     model: str | None = None,
     lookahead: int | None = None,
     engine: str = "auto",
+    int8: bool = False,
     workers: int = 1,
     threads: int = 1,
     batch_size: int = 16,
@@ -107,6 +110,7 @@ def punctuate_archive(
                 "lookahead": lookahead,
                 "engine": engine,
                 "threads": threads,
+                "int8": int8,
             },
             batch_size=batch_size,
             compute=ray.data.ActorPoolStrategy(size=workers),

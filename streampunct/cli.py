@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DataFormatError, EmptyInputError, InputError, StreamPunctError
-from .flags import add_config_flags, config_from_flags, number_or_off
+from .flags import add_config_flags, add_int8_flag, config_from_flags, number_or_off
 from .options import StreamOptions
 from .types import ENGINES
 
@@ -44,6 +44,7 @@ def _add_mode(p: argparse.ArgumentParser) -> None:
         help="a shipped model, default (MiniLM-L6, the default) or base (MPNet-base), or a checkpoint folder",
     )
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: cuda if present)")
+    add_int8_flag(p)
 
 
 def _data_default(*parts: str) -> str | None:
@@ -74,7 +75,7 @@ def cmd_punctuate(args: argparse.Namespace) -> int:
     text = _read_text(args.file)
     if not text.split():
         raise EmptyInputError("no words in the input")
-    p = Punctuator.load(args.model, device=args.device)
+    p = Punctuator.load(args.model, device=args.device, int8=args.int8)
     if args.labels:  # a teacher labelling text for a student: the training format
         words = text.split()
         labels = p.predict(words, lookahead=args.lookahead, engine=args.engine)
@@ -94,7 +95,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     n = punctuate_archive(
         args.source, args.out, model=args.model, lookahead=args.lookahead, engine=args.engine,
-        workers=args.workers, threads=args.threads, batch_size=args.batch_size, address=args.address,
+        int8=args.int8, workers=args.workers, threads=args.threads, batch_size=args.batch_size, address=args.address,
     )  # fmt: skip
     print(f"{n} documents punctuated in {time.perf_counter() - t0:.1f} s -> {args.out}")
     return 0
@@ -124,7 +125,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.data is None:
         raise DataFormatError(f"give --data FILE (or set {DATA_ENV})")
     words, labels = read_iwslt(args.data)
-    p = Punctuator.load(args.model, device=args.device)
+    p = Punctuator.load(args.model, device=args.device, int8=args.int8)
     t0 = time.perf_counter()
     predicted = p.predict(words, lookahead=args.lookahead, engine=args.engine)
     seconds = time.perf_counter() - t0
@@ -344,6 +345,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     mode.add_argument("--offline", action="store_true", help="whole context, both sides (the default)")
     p.add_argument("--engine", choices=ENGINES, default="auto", help="how the lookahead is bounded")
     p.add_argument("--model", metavar="NAME|DIR", help="default, base, or a checkpoint folder")
+    add_int8_flag(p)
     p.add_argument("--workers", type=int, default=1, help="actors, each with the model loaded (default: 1)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads (and Ray CPUs) per actor (default: 1)")
     p.add_argument("--batch-size", type=int, default=16, help="documents an actor takes at a time")

@@ -105,9 +105,13 @@ class Punctuator:
         path: str | Path | None = None,
         device: str | torch.device = "auto",
         tagger: str | Path | None = None,
+        int8: bool = False,
     ) -> Punctuator:
         """Load a checkpoint folder, or a model shipped in the package by name (``SHIPPED_MODELS``:
         "default", the one with no path, or "base").
+
+        ``int8``: on the CPU, the encoder's matrices multiply in int8
+        (:meth:`~streampunct.model.PunctModel.quantize_int8`).
 
         A POS-fused checkpoint tags with ``tagger`` (a converted tagger's folder), else with the
         tagger it was trained with, kept in its ``tagger/`` folder, else with flair's tagger as
@@ -124,6 +128,10 @@ class Punctuator:
         if tagger is not None and not is_tagger(Path(tagger)):
             raise CheckpointError(f"{tagger} is not a converted tagger (tagger.json, tagger.safetensors)")
         model = (LightModel if is_light(d) else PunctModel).load(d, resolve_device(device))
+        if int8:
+            if not isinstance(model, PunctModel) or model.head.weight.device.type != "cpu":
+                raise InputError("int8 is for the transformer models (default, base) on the CPU")
+            model.quantize_int8()
         return cls(model, WordPieces(d / "vocab.txt", model.cfg.max_pieces), tagger)
 
     @property

@@ -96,6 +96,8 @@ def test_checkpoint_round_trip(light, tmp_path):
     for k in (0, 2, None):  # fp16 on disk: labels, not logits, are kept
         assert loaded.predict(words, lookahead=k) == light.predict(words, lookahead=k)
     assert loaded.punctuate("so what do you think i think it works") != ""
+    with pytest.raises(InputError, match="int8 is for the transformer models"):
+        Punctuator.load(tmp_path, device="cpu", int8=True)
 
 
 @pytest.mark.parametrize("engine", ["masked", "window"])

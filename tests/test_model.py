@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from streampunct.model import FEW_ROWS, Linear, ModelConfig, PunctModel
+from streampunct.model import FEW_ROWS, Linear, ModelConfig, PunctModel, int8_available
 
 from .conftest import hf_encoder
 
@@ -29,6 +29,27 @@ def test_few_rows_give_the_plain_product_and_follow_weight_changes():
     x.requires_grad_(True)
     layer.train()(x[:3]).sum().backward()  # training takes the plain product, with gradients
     assert x.grad is not None and layer.weight.grad is not None
+
+
+@pytest.mark.skipif(not int8_available(), reason="torch._int_mm does not run on this CPU")
+def test_int8_rows_ignore_their_neighbours_and_stay_near_fp32():
+    """int8 inference: a row's result is the same alone or among others (a stream's labels do not
+    depend on its batch-mates), within about 1 % of fp32, and follows weight changes; training
+    takes the fp32 product."""
+    torch.manual_seed(0)
+    layer = Linear(96, 160).eval()
+    x = torch.randn(FEW_ROWS + 8, 96)
+    with torch.no_grad():
+        exact = layer(x)
+        layer.int8 = True
+        q = layer(x)
+        assert (q - exact).abs().max() < 0.02 * exact.abs().max()
+        assert all(torch.equal(layer(x[i : i + 1]), q[i : i + 1]) for i in (0, 5, FEW_ROWS + 7))
+        assert torch.equal(layer(x[None, 3:9]), q[None, 3:9])  # any leading shape
+        layer.weight.mul_(2)
+        assert (layer(x) - 2 * exact + layer.bias).abs().max() < 0.04 * exact.abs().max()
+    layer.train()
+    torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
 
 
 def test_checkpoints_with_separate_query_key_value_load(tmp_path, shipped):

@@ -1,24 +1,31 @@
 """Many streams batched into one pass: the same events as streams run alone."""
 
 import asyncio
+import copy
 import random
 
 import pytest
 import torch
 
 from streampunct import InputError, Punctuator
-from streampunct.model import PunctModel
+from streampunct.model import PunctModel, int8_available
 from streampunct.scheduler import Batcher, Job, Load, run_batch
 from streampunct.stream import Finish, Push, Revise
 from tests.test_stream import check_events, varied_words
 
 
-def test_run_batch_equals_streams_alone(tiny):
-    """Streams of both engines and several lookaheads in one batch."""
+@pytest.mark.parametrize("int8", [False, True])
+def test_run_batch_equals_streams_alone(tiny, int8):
+    """Streams of both engines and several lookaheads in one batch; in int8 too, where a stream's
+    labels equal its labels alone exactly (each row is quantized on its own)."""
+    if int8:
+        if not int8_available():
+            pytest.skip("torch._int_mm does not run on this CPU")
+        tiny = Punctuator(copy.deepcopy(tiny.model).quantize_int8(), tiny.pieces)
     rng = random.Random(1)
     ks = [0, 1, 2, 4, 2, 3, 0]
     engines = ["masked", "window", "masked", "window", "window", "masked", "window"]
-    texts = [varied_words(400, seed=20 + i) for i in range(len(ks))]
+    texts = [varied_words(150 if int8 else 400, seed=20 + i) for i in range(len(ks))]
     alone = [tiny.stream(lookahead=k, engine=e) for k, e in zip(ks, engines)]
     batched = [tiny.stream(lookahead=k, engine=e) for k, e in zip(ks, engines)]
     pos = [0] * len(ks)

