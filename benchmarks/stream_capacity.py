@@ -32,8 +32,10 @@ from streampunct.types import ENGINES  # noqa: E402
 RATE = 3.0  # words a second per stream
 
 
-async def trial(p: Punctuator, words: list[str], n: int, seconds: float, engine: str) -> dict:
-    batcher = Batcher(max_batch=256)
+async def trial(
+    p: Punctuator, words: list[str], n: int, seconds: float, engine: str, max_wait_ms: float = 0.0
+) -> dict:
+    batcher = Batcher(max_batch=256, max_wait_ms=max_wait_ms)
     lags: list[float] = []
     t0 = time.perf_counter() + 0.2
 
@@ -71,6 +73,12 @@ def main() -> None:
         "--engine", default="auto", choices=ENGINES, help="default auto: the model's own (light: its one)"
     )
     ap.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=0.0,
+        help="the batcher lingers this long for more work (default 0)",
+    )
+    ap.add_argument(
         "--int8", action="store_true", help="the encoder in int8: writes stream_capacity_int8.json"
     )
     ap.add_argument("--readme", action="store_true")
@@ -82,7 +90,7 @@ def main() -> None:
     runs = []
 
     def passes(n: int) -> bool:
-        r = asyncio.run(trial(p, words, n, args.seconds, args.engine))
+        r = asyncio.run(trial(p, words, n, args.seconds, args.engine, args.max_wait_ms))
         r["pass"] = r["p99_ms"] < args.max_lag_ms and r["max_ms"] < 2 * args.max_lag_ms
         runs.append(r)
         print({k: round(v, 1) if isinstance(v, float) else v for k, v in r.items()}, flush=True)
@@ -104,6 +112,7 @@ def main() -> None:
         "engine_used": resolve_engine(p.model, args.engine, 2),
         "engine": args.engine,
         "int8": args.int8,
+        "max_wait_ms": args.max_wait_ms,
         "words_per_second": RATE,
         "max_lag_ms": args.max_lag_ms,
         "seconds": args.seconds,
