@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import device_suffix, machine, update_readme, write_json  # noqa: E402
+from common import RESULTS, device_suffix, machine, update_readme, write_json  # noqa: E402
 
 from streampunct import Punctuator, read_iwslt  # noqa: E402
 from streampunct.engines import resolve_engine  # noqa: E402
@@ -121,7 +122,8 @@ def main() -> None:
     }
     model_dir = checkpoint_dir(args.model)  # another model than the default: a file of its own
     model = "" if model_dir == DEFAULT_CHECKPOINT else f"_{model_dir.name}"
-    name = f"stream_capacity{model}{device_suffix(p.device)}{'_int8' if args.int8 else ''}.json"
+    engine = "" if args.engine == "auto" else f"_{args.engine}"  # another engine than the model's own
+    name = f"stream_capacity{model}{device_suffix(p.device)}{engine}{'_int8' if args.int8 else ''}.json"
     print(f"{p.device} sustains {lo} streams; wrote {write_json(name, payload)}")
     if args.readme:
         update_readme(*readme_section(payload))
@@ -142,7 +144,23 @@ def readme_section(payload: dict) -> tuple[str, str]:
         f"{detail}; {m['cpu']}, {m['date']}. `python benchmarks/stream_capacity.py --data "
         f"../shared/data/iwslt/test2011 --seconds {payload['seconds']:g}{'' if on_cpu else ' --device cuda'}`."
     )
-    return ("capacity" if on_cpu else "capacity-cuda"), text
+    return ("capacity" if on_cpu else "capacity-cuda"), text + (others() if on_cpu else "")
+
+
+def others() -> str:
+    """The default model's other CPU runs (another engine, int8), from their result files."""
+    runs = []
+    for path in sorted(RESULTS.glob("stream_capacity_*.json")):
+        o = json.loads(path.read_text())
+        if o.get("device") != "cpu" or o.get("model", "default") != "default":
+            continue
+        best = max((r for r in o["runs"] if r["pass"]), key=lambda r: r["streams"])
+        int8 = ", int8" if o.get("int8") else ""
+        runs.append(
+            f"{o['engine_used']} engine{int8} {o['streams_sustained']} (mean batch {best['mean_batch']:.1f}; "
+            f"{o['machine']['date']}, `{path.name}`)"
+        )
+    return f" Other settings, the same way: {'; '.join(runs)}." if runs else ""
 
 
 if __name__ == "__main__":
