@@ -154,11 +154,11 @@ def others() -> str:
         o = json.loads(path.read_text())
         if o.get("device") != "cpu" or o.get("model", "default") != "default":
             continue
-        best = max((r for r in o["runs"] if r["pass"]), key=lambda r: r["streams"])
+        best = max((r for r in o["runs"] if r["pass"]), key=lambda r: r["streams"], default=None)
+        batch = f"mean batch {best['mean_batch']:.1f}; " if best else ""
         int8 = ", int8" if o.get("int8") else ""
         runs.append(
-            f"{o['engine_used']} engine{int8} {o['streams_sustained']} (mean batch {best['mean_batch']:.1f}; "
-            f"{o['machine']['date']}, `{path.name}`)"
+            f"{o['engine_used']} engine{int8} {o['streams_sustained']} ({batch}{o['machine']['date']}, `{path.name}`)"
         )
     return f" Other settings, the same way: {'; '.join(runs)}." if runs else ""
 
