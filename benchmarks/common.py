@@ -102,10 +102,17 @@ def device_suffix(device: object) -> str:
     return "" if kind == "cpu" else f"_{kind}"
 
 
-def write_json(name: str, payload: dict[str, object]) -> Path:
+def write_json(name: str, payload: dict[str, object], setting: str | None = None) -> Path:
+    """The benchmark's one current result file. A run of another ``setting`` than the default (an
+    engine, int8) goes into the file's ``settings`` under that name; a default run keeps them."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / name
-    path.write_text(json.dumps(payload, indent=2) + "\n")
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    if setting is None:
+        data = {**payload, "settings": old["settings"]} if "settings" in old else payload
+    else:
+        data = {**old, "settings": {**old.get("settings", {}), setting: payload}}
+    path.write_text(json.dumps(data, indent=2) + "\n")
     return path
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import RESULTS, device_suffix, machine, update_readme, write_json  # noqa: E402
+from common import device_suffix, machine, update_readme, write_json  # noqa: E402
 
 from streampunct import Punctuator, read_iwslt  # noqa: E402
 from streampunct.engines import resolve_engine  # noqa: E402
@@ -80,7 +80,7 @@ def main() -> None:
         help="the batcher lingers this long for more work (default 0)",
     )
     ap.add_argument(
-        "--int8", action="store_true", help="the encoder in int8: writes stream_capacity_int8.json"
+        "--int8", action="store_true", help="the encoder in int8: its run goes into the file's settings"
     )
     ap.add_argument("--readme", action="store_true")
     args = ap.parse_args()
@@ -122,11 +122,13 @@ def main() -> None:
     }
     model_dir = checkpoint_dir(args.model)  # another model than the default: a file of its own
     model = "" if model_dir == DEFAULT_CHECKPOINT else f"_{model_dir.name}"
-    engine = "" if args.engine == "auto" else f"_{args.engine}"  # another engine than the model's own
-    name = f"stream_capacity{model}{device_suffix(p.device)}{engine}{'_int8' if args.int8 else ''}.json"
-    print(f"{p.device} sustains {lo} streams; wrote {write_json(name, payload)}")
-    if args.readme:
-        update_readme(*readme_section(payload))
+    name = f"stream_capacity{model}{device_suffix(p.device)}.json"
+    # another engine than the model's own, or int8: a setting in the same file
+    setting = "_".join(([] if args.engine == "auto" else [args.engine]) + (["int8"] if args.int8 else []))
+    path = write_json(name, payload, setting or None)
+    print(f"{p.device} sustains {lo} streams; wrote {path}")
+    if args.readme:  # from the file: the default run, and every setting's
+        update_readme(*readme_section(json.loads(path.read_text())))
 
 
 def readme_section(payload: dict) -> tuple[str, str]:
@@ -144,23 +146,17 @@ def readme_section(payload: dict) -> tuple[str, str]:
         f"{detail}; {m['cpu']}, {m['date']}. `python benchmarks/stream_capacity.py --data "
         f"../shared/data/iwslt/test2011 --seconds {payload['seconds']:g}{'' if on_cpu else ' --device cuda'}`."
     )
-    return ("capacity" if on_cpu else "capacity-cuda"), text + (others() if on_cpu else "")
+    return ("capacity" if on_cpu else "capacity-cuda"), text + others(payload.get("settings", {}))
 
 
-def others() -> str:
-    """The default model's other CPU runs (another engine, int8), from their result files."""
+def others(settings: dict[str, dict]) -> str:
+    """The file's runs of other settings (another engine, int8), each in a few words."""
     runs = []
-    for path in sorted(RESULTS.glob("stream_capacity_*.json")):
-        o = json.loads(path.read_text())
-        if o.get("device") != "cpu" or o.get("model", "default") != "default":
-            continue
+    for name, o in settings.items():
         best = max((r for r in o["runs"] if r["pass"]), key=lambda r: r["streams"], default=None)
         batch = f"mean batch {best['mean_batch']:.1f}; " if best else ""
-        int8 = ", int8" if o.get("int8") else ""
-        runs.append(
-            f"{o['engine_used']} engine{int8} {o['streams_sustained']} ({batch}{o['machine']['date']}, `{path.name}`)"
-        )
-    return f" Other settings, the same way: {'; '.join(runs)}." if runs else ""
+        runs.append(f"{name}: {o['streams_sustained']} ({batch}{o['machine']['date']})")
+    return f" Other settings, the same way (`--engine`, `--int8`): {'; '.join(runs)}." if runs else ""
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ def main() -> None:
     ap.add_argument("--hour", type=int, default=HOUR, help="words pushed for the memory check")
     ap.add_argument("--device", default="cpu", help="cpu or cuda; cuda writes stream_latency_cuda.json")
     ap.add_argument(
-        "--int8", action="store_true", help="the encoder in int8: writes stream_latency_int8.json"
+        "--int8", action="store_true", help="the encoder in int8: its run goes into the file's settings"
     )
     ap.add_argument("--readme", action="store_true")
     args = ap.parse_args()
@@ -139,9 +139,8 @@ def main() -> None:
         payload["streams_per_core_at_3_words_per_s_window"] = int(1 / (3 * one_core_window))
     model_dir = checkpoint_dir(args.model)
     suffix = ("" if model_dir == DEFAULT_CHECKPOINT else f"_{model_dir.name}") + device_suffix(p.device)
-    suffix += "_int8" if args.int8 else ""
     payload["model"], payload["int8"] = str(model_dir), args.int8
-    print(f"wrote {write_json(f'stream_latency{suffix}.json', payload)}")
+    print(f"wrote {write_json(f'stream_latency{suffix}.json', payload, 'int8' if args.int8 else None)}")
     if args.readme:
         update_readme("stream" + suffix.replace("_", "-"), table(payload))
 
