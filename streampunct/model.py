@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.nn as nn
@@ -161,48 +161,50 @@ class Linear(nn.Linear):
 
     def __init__(self, *args: object, **kwargs: object):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self._packed: tuple[torch.Tensor, int, torch.Tensor] | None = None  # weight, version, packed
         self.int8 = False  # CPU inference in int8 (quantize_int8)
-        # weight, version, its int8 rows transposed, a scale per row
-        self._q8: tuple[torch.Tensor, int, torch.Tensor, torch.Tensor] | None = None
+        # forms of the weight for inference, by kind: (the weight, its version, the form)
+        self._made: dict[str, tuple[torch.Tensor, int, object]] = {}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
-        if self.int8 and x.is_cpu and not torch.is_grad_enabled() and not self.training:
+        if not x.is_cpu or torch.is_grad_enabled() or self.training:
+            return F.linear(x, w, self.bias)
+        if self.int8:
             return self._int8_forward(x)
-        if (
-            _ONEDNN
-            and x.is_cpu
-            and x.numel() <= FEW_ROWS * x.shape[-1]
-            and not torch.is_grad_enabled()
-            and not self.training
-            and x.dtype == w.dtype == torch.float32
-        ):
-            packed = self._packed
-            if packed is None or packed[0] is not w or packed[1] != w._version:  # repack after a change
-                packed = self._packed = (w, w._version, torch.ops.mkldnn._reorder_linear_weight(w, 8))
-            return torch.ops.mkldnn._linear_pointwise(x, packed[2], self.bias, "none", [], "")
+        if _ONEDNN and x.numel() <= FEW_ROWS * x.shape[-1] and x.dtype == w.dtype == torch.float32:
+            packed = self._from_weight("packed", lambda w: torch.ops.mkldnn._reorder_linear_weight(w, 8))
+            return torch.ops.mkldnn._linear_pointwise(x, packed, self.bias, "none", [], "")
         return F.linear(x, w, self.bias)
+
+    def _from_weight(self, kind: str, make: Callable[[torch.Tensor], Any]) -> Any:
+        """A form of the weight, made once and again after any change to it (load_state_dict
+        changes it in place)."""
+        w = self.weight
+        made = self._made.get(kind)
+        if made is None or made[0] is not w or made[1] != w._version:
+            made = self._made[kind] = (w, w._version, make(w.detach()))
+        return made[2]
 
     def _int8_forward(self, x: torch.Tensor) -> torch.Tensor:
         """int8 weights (a scale per output row) times int8 inputs (a scale per input row): the
         products summed exactly in int32, then scaled back. A row's result depends on that row
         alone, whatever rows share the call, as in fp32."""
-        w = self.weight
-        q8 = self._q8
-        if q8 is None or q8[0] is not w or q8[1] != w._version:
-            scale = (w.detach().abs().amax(1) / 127).clamp(min=1e-12)
-            wq = torch.round(w.detach() / scale[:, None]).to(torch.int8).t().contiguous()
-            q8 = self._q8 = (w, w._version, wq, scale)
+        wq, scale = self._from_weight("int8", _int8_rows)
         rows = x.reshape(-1, x.shape[-1])
         xs = (rows.abs().amax(1, keepdim=True) / 127).clamp(min=1e-12)
-        y = torch._int_mm(torch.round(rows / xs).to(torch.int8), q8[2]).float() * xs * q8[3]
+        y = torch._int_mm(torch.round(rows / xs).to(torch.int8), wq).float() * xs * scale
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], -1)
 
     def __getstate__(self) -> dict:  # a packed weight cannot be copied; it is made again
-        return {**super().__getstate__(), "_packed": None, "_q8": None}
+        return {**super().__getstate__(), "_made": {}}
+
+
+def _int8_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A weight as int8 with a scale per row, transposed for ``torch._int_mm``."""
+    scale = (w.abs().amax(1) / 127).clamp(min=1e-12)
+    return torch.round(w / scale[:, None]).to(torch.int8).t().contiguous(), scale
 
 
 def _onednn_linear() -> bool:
