@@ -488,6 +488,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 # Commands that live in streampunct/server/ and streampunct/clients/, each with its own arguments.
 EXTERNAL = {
     "serve": ("streampunct.server.app", "main", "run the websocket server"),
+    "serve-ray": (
+        "streampunct.server.cluster",
+        "main",
+        "the server on Ray Serve: session replicas, one shared encoder",
+    ),
     "words": ("streampunct.clients.words", "cli", "punctuate word hypotheses (JSON lines) through a server"),
     "file": ("streampunct.clients.file", "cli", "caption an audio file through a server"),
     "mic": ("streampunct.clients.mic", "cli", "live captions from the microphone"),

@@ -71,8 +71,9 @@ class JsonFormatter(logging.Formatter):
 class App:
     def __init__(
         self,
-        punctuator: Punctuator,
+        punctuator: Punctuator | None,
         *,
+        batcher: Batcher | None = None,
         access: Access | None = None,
         limits: Limits | None = None,
         secure: bool = False,
@@ -91,7 +92,7 @@ class App:
         self.recognizer_options = recognizer_options or RecognizerOptions()
         self.front_end = front_end or FrontEndOptions()
         self.clock = clock  # the audio's arrival and the passes' start, for the recogniser's lag
-        self.batcher = Batcher()
+        self.batcher = batcher or Batcher()
         self.asr_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr")
         self.asr_load = Load()  # the recognition worker's, in audio seconds
         self._whisper: Any = None
@@ -124,6 +125,12 @@ class App:
                 )
         return self._whisper
 
+    async def open_stream(self, lookahead: int, max_delay_ms: float | None, engine: str) -> Any:
+        """A new punctuation stream (on Ray Serve, the sessions' streams live in the encoder
+        replica: :class:`streampunct.server.cluster.ClusterApp`)."""
+        assert self.punctuator is not None, "an App without a punctuator opens its streams elsewhere"
+        return self.punctuator.stream(lookahead, max_delay_ms, engine)
+
     # --- HTTP ------------------------------------------------------------------------------
 
     async def health(self) -> Response:
@@ -146,7 +153,7 @@ class App:
             return json_response(HTTPStatus.SERVICE_UNAVAILABLE, body)
         if self.batcher.faults:
             try:
-                probe = self.punctuator.stream(lookahead=1)
+                probe = await self.open_stream(1, None, "auto")
                 await asyncio.wait_for(self.batcher.push(probe, ["is", "it", "working"]), 10)
                 await asyncio.wait_for(self.batcher.finish(probe), 10)
             except Exception as e:

@@ -206,7 +206,7 @@ class PunctSession(Session):
         self.worker: asyncio.Task[None] | None = None
 
     async def configure(self, cfg: P.Config) -> None:
-        self.stream = self.app.punctuator.stream(cfg.lookahead, cfg.max_delay_ms, cfg.engine)
+        self.stream = await self.app.open_stream(cfg.lookahead, cfg.max_delay_ms, cfg.engine)
         limits = self.app.limits
         self.rate = Pace(limits.words_per_s, limits.words_burst)
         self.clock = -math.inf  # the recogniser's: the latest now or word time taken
@@ -378,7 +378,7 @@ class AsrSession(Session):
     async def configure(self, cfg: P.Config) -> None:
         recognizer = StreamingRecognizer(await self.app.whisper(), self.app.recognizer_options)
         self.pipeline = CaptionPipeline(recognizer, self.app.front_end)
-        self.stream = self.app.punctuator.stream(cfg.lookahead, cfg.max_delay_ms, cfg.engine)
+        self.stream = await self.app.open_stream(cfg.lookahead, cfg.max_delay_ms, cfg.engine)
         limits = self.app.limits
         self.rate = Pace(limits.audio_speed, limits.audio_burst_s)
         self.cfg = cfg

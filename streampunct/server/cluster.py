@@ -1,0 +1,354 @@
+"""streampunct on Ray Serve: websocket sessions on replicas, one encoder replica shared by them.
+
+    pip install -e ".[cluster]"
+    streampunct serve-ray --port 8000 --session-replicas 2      # a local Ray
+    streampunct serve-ray --address auto ...                   # an existing cluster
+
+(Not ``python -m``: Ray pickles the deployments by reference to this module, which ``__main__`` is not.)
+
+Two Ray Serve applications:
+
+- ``encoder`` (:class:`Encoder`, one replica): the model, the state of every stream and one
+  :class:`~streampunct.scheduler.Batcher`, so that the words of the streams on every session replica
+  are computed together, in one pass a batch, exactly as in ``streampunct serve`` (the same slices,
+  and a stream's labels never depend on its batch-mates);
+- ``sessions`` (:class:`Sessions`, ``--session-replicas`` of them): streampunct's own sessions
+  (:class:`~streampunct.server.app.App`: the protocol, its limits, pacing, ``busy``, the order of the
+  replies) at ``/v1/punct`` behind Ray's HTTP proxy, each reading its websocket through
+  :class:`StarletteConnection`; their streams live in the encoder (:class:`ClusterApp`).
+
+A websocket is one ongoing request for its whole life: the proxy sends a new stream to a session
+replica with few open ones, and Ray Serve's autoscaling on ``target_ongoing_requests`` scales the
+session replicas on open streams. A session replica that stops (a new version of the sessions, a
+scale-down) takes no new streams and serves its open ones to their end, for ``--drain-s`` at most.
+The encoder is an application of its own, so that redeploying the sessions leaves every stream's
+state where it is. One encoder replica: a stream's state is in one process (more would need the
+streams routed to replicas by id). Only ``/v1/punct``: a recogniser per stream belongs beside the
+session that reads its audio, which ``streampunct serve`` replicas do (deploy/haproxy.cfg). The
+access checks of ``serve`` (token, origins, hosts) are not made here: run it on a private network
+or behind a proxy that makes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import contextvars
+import signal
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+from websockets.exceptions import ConnectionClosed
+from websockets.frames import Close
+
+from ..errors import InputError, StreamPunctError
+from ..punctuator import Punctuator
+from ..scheduler import Batcher
+from ..stream import Call, Finish, Push, Revise, Tick
+from ..types import PunctEvent, Word
+from .app import App
+from .guard import Limits
+
+try:
+    from fastapi import FastAPI, WebSocket
+    from ray import serve
+except ImportError as e:  # pragma: no cover - the [cluster] extra
+    raise InputError(
+        "streampunct on Ray Serve needs the cluster extra: pip install 'streampunct[cluster]'"
+    ) from e
+
+__all__ = [
+    "Encoder",
+    "Sessions",
+    "EncoderReplica",
+    "SessionReplica",
+    "ClusterApp",
+    "RemoteBatcher",
+    "StarletteConnection",
+    "deploy",
+    "main",
+]
+
+ENCODER_APP, SESSIONS_APP = "encoder", "sessions"
+DRAIN_S = 600.0  # a stopping session replica serves its open streams this long at most
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The encoder's answer to one call on a stream."""
+
+    events: list[PunctEvent]
+    n_words: int
+    n_final: int
+    error: StreamPunctError | None = None  # the stream refused the call, and is unchanged
+
+
+class EncoderReplica:
+    """The model, every stream and the batcher that runs their calls together."""
+
+    def __init__(self, model: str | None = None, device: str = "auto", int8: bool = False):
+        self.punctuator = Punctuator.load(model, device=device, int8=int8).prepare()
+        self.streams: dict[str, Any] = {}
+        self.batcher = Batcher()
+
+    async def open(self, lookahead: int, max_delay_ms: float | None, engine: str) -> tuple[str, str]:
+        """A new stream: its id and the engine it got."""
+        stream = self.punctuator.stream(lookahead, max_delay_ms, engine)
+        stream_id = uuid.uuid4().hex
+        self.streams[stream_id] = stream
+        return stream_id, stream.engine
+
+    async def run(self, stream_id: str, call: Call) -> Reply:
+        """One call on a stream, batched with the calls of every other stream; a finished stream is forgotten."""
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            raise InputError(f"no stream {stream_id} in this encoder")
+        try:
+            events = await self.batcher.run(stream, call)
+        except StreamPunctError as e:
+            return Reply([], stream.n_words, stream.n_final, e)
+        finally:
+            if isinstance(call, Finish):
+                del self.streams[stream_id]
+        return Reply(events, stream.n_words, stream.n_final)
+
+    def close(self, stream_id: str) -> None:
+        """Forget a stream that ended without ``finish`` (its connection was lost)."""
+        self.streams.pop(stream_id, None)
+
+    def open_streams(self) -> int:
+        return len(self.streams)
+
+
+class RemoteStream:
+    """A session's view of its stream in the encoder: what the session reads of it."""
+
+    def __init__(self, stream_id: str, engine: str):
+        self.id, self.engine = stream_id, engine
+        self.n_words = self.n_final = 0
+
+
+class RemoteBatcher(Batcher):
+    """A session replica's batcher: it computes nothing; each call goes to the encoder replica,
+    whose batcher runs it with the calls of every session replica's streams."""
+
+    def __init__(self, encoder: Any):
+        super().__init__()
+        self.encoder = encoder
+
+    async def open(self, lookahead: int, max_delay_ms: float | None, engine: str) -> RemoteStream:
+        return RemoteStream(*await self.encoder.open.remote(lookahead, max_delay_ms, engine))
+
+    async def run(self, stream: Any, call: Call) -> list[PunctEvent]:
+        reply: Reply = await self.encoder.run.remote(stream.id, call)
+        stream.n_words, stream.n_final = reply.n_words, reply.n_final
+        if reply.error is not None:
+            raise reply.error
+        return reply.events
+
+    async def push(
+        self,
+        stream: Any,
+        words: Iterable[str | Word],
+        now: float | None = None,
+        tentative: Iterable[str | Word] = (),
+    ) -> list[PunctEvent]:
+        return await self.run(stream, Push(tuple(words), now, tuple(tentative)))
+
+    async def revise(
+        self, stream: Any, index: int, words: Iterable[str | Word], now: float | None = None
+    ) -> list[PunctEvent]:
+        return await self.run(stream, Revise(index, tuple(words), now))
+
+    async def tick(self, stream: Any, now: float) -> list[PunctEvent]:
+        return await self.run(stream, Tick(now))
+
+    async def finish(self, stream: Any) -> list[PunctEvent]:
+        return await self.run(stream, Finish())
+
+
+class ClusterApp(App):
+    """The server's sessions, with their streams in the encoder replica."""
+
+    def __init__(self, encoder: Any, limits: Limits | None = None):
+        self.remote = RemoteBatcher(encoder)
+        super().__init__(None, batcher=self.remote, limits=limits)
+
+    async def handler(self, connection: Any) -> None:
+        """A session; its stream is forgotten in the encoder however the session ended (a
+        connection lost before the end message leaves it unfinished)."""
+        opened = _opened.set([])
+        try:
+            await super().handler(connection)
+        finally:
+            for stream in _opened.get():
+                await self.remote.encoder.close.remote(stream.id)
+            _opened.reset(opened)
+
+    async def open_stream(self, lookahead: int, max_delay_ms: float | None, engine: str) -> RemoteStream:
+        stream = await self.remote.open(lookahead, max_delay_ms, engine)
+        opened = _opened.get(None)  # None: not a session's (the health probe, which finishes it)
+        if opened is not None:
+            opened.append(stream)
+        return stream
+
+
+# The streams the session in this context opened (ClusterApp.handler).
+_opened: contextvars.ContextVar[list[RemoteStream]] = contextvars.ContextVar("opened")
+
+
+class StarletteConnection:
+    """A Starlette websocket as the sessions read theirs (websockets' ``ServerConnection``: ``recv``,
+    ``send``, ``close``, ``wait_closed``, ``request.path``, ``remote_address``). One task reads the
+    socket into a queue, so that a ``recv()`` the session's timers cancel loses no message."""
+
+    def __init__(self, websocket: WebSocket, path: str):
+        self.websocket = websocket
+        self.request = SimpleNamespace(path=path, headers=websocket.headers)
+        client = websocket.client
+        self.remote_address = (client.host, client.port) if client else None
+        self.messages: asyncio.Queue[str | bytes | None] = asyncio.Queue()
+        self.code: int | None = None  # the close code, once closed
+        self.closed = asyncio.Event()
+        self.reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                message = await self.websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    self.code = message.get("code", 1005)
+                    return
+                data = message.get("text")
+                await self.messages.put(data if data is not None else message.get("bytes", b""))
+        except Exception:  # the socket is gone however it went
+            self.code = self.code or 1006
+        finally:
+            self.closed.set()
+            self.messages.put_nowait(None)
+
+    def _closed(self) -> ConnectionClosed:
+        return ConnectionClosed(Close(self.code or 1006, ""), None)
+
+    async def recv(self) -> str | bytes:
+        message = await self.messages.get()
+        if message is None:
+            self.messages.put_nowait(None)  # for the next recv()
+            raise self._closed()
+        return message
+
+    async def send(self, message: str | bytes) -> None:
+        if self.closed.is_set():
+            raise self._closed()
+        try:
+            if isinstance(message, str):
+                await self.websocket.send_text(message)
+            else:
+                await self.websocket.send_bytes(message)
+        except Exception as e:
+            raise self._closed() from e
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        if not self.closed.is_set():
+            self.code = code
+            with contextlib.suppress(Exception):
+                await self.websocket.close(code, reason)
+            self.reader.cancel()
+            await asyncio.wait([self.reader])
+
+    async def wait_closed(self) -> None:
+        await self.closed.wait()
+
+
+api = FastAPI()
+
+
+class SessionReplica:
+    """streampunct's sessions at ``/v1/punct``, their streams in the encoder application."""
+
+    def __init__(self, limits: Limits | None = None):
+        self.limits = limits
+        self._server: ClusterApp | None = None  # (``app`` is Ray's: the FastAPI ingress)
+
+    def server(self) -> ClusterApp:
+        if self._server is None:  # made in the event loop that serves the requests
+            encoder = serve.get_deployment_handle("Encoder", app_name=ENCODER_APP)
+            self._server = ClusterApp(encoder, self.limits)
+        return self._server
+
+    @api.websocket("/v1/punct")
+    async def punct(self, websocket: WebSocket) -> None:
+        await websocket.accept()
+        connection = StarletteConnection(websocket, "/v1/punct")
+        try:
+            await self.server().handler(connection)
+        finally:
+            await connection.close()
+
+    @api.get("/health")
+    async def health(self) -> dict[str, Any]:
+        return {"status": "ok", "streams": self.server().active}
+
+
+Encoder = serve.deployment(name="Encoder", max_ongoing_requests=100_000)(EncoderReplica)
+Sessions = serve.deployment(
+    name="Sessions",
+    ray_actor_options={"num_cpus": 0},  # it reads sockets: the encoder is what computes
+    max_ongoing_requests=10_000,
+    graceful_shutdown_timeout_s=DRAIN_S,
+)(serve.ingress(api)(SessionReplica))
+
+
+def deploy(
+    session_replicas: int = 2,
+    model: str | None = None,
+    device: str = "auto",
+    int8: bool = False,
+    limits: Limits | None = None,
+    drain_s: float = DRAIN_S,
+    encoder: bool = True,
+) -> None:
+    """The two applications on the running Ray Serve (``encoder=False``: the sessions alone, a new
+    version of them beside the encoder already there)."""
+    if encoder:
+        serve.run(Encoder.bind(model, device, int8), name=ENCODER_APP, route_prefix=None)
+    sessions = Sessions.options(num_replicas=session_replicas, graceful_shutdown_timeout_s=drain_s)
+    serve.run(sessions.bind(limits), name=SESSIONS_APP, route_prefix="/")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--host", default="127.0.0.1", help="where Ray's HTTP proxy listens")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument(
+        "--address", default=None, help="an existing Ray cluster (auto, or ray://...); default: a local Ray"
+    )
+    ap.add_argument("--session-replicas", type=int, default=2)
+    ap.add_argument("--model", default=None, help="default, base, or a checkpoint folder")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--int8", action="store_true", help="the encoder's matrices in int8 (CPU)")
+    ap.add_argument(
+        "--drain-s", type=float, default=DRAIN_S, help="seconds a stopping session replica serves its streams"
+    )
+    args = ap.parse_args(argv)
+    import ray
+
+    ray.init(address=args.address)
+    serve.start(http_options={"host": args.host, "port": args.port})
+    deploy(args.session_replicas, args.model, args.device, args.int8, drain_s=args.drain_s)
+    print(f"streampunct on Ray Serve: ws://{args.host}:{args.port}/v1/punct", flush=True)
+    stop = asyncio.Event()
+
+    async def wait() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+
+    asyncio.run(wait())
+    serve.shutdown()
+    return 0

@@ -1,0 +1,106 @@
+"""streampunct on Ray Serve (streampunct/server/cluster.py), run for real on a local Ray: two session
+replicas and one encoder replica behind Ray's HTTP proxy, 20 streams. Mid-run the sessions are
+redeployed as one new replica, and Ray stops one old replica: it serves its open streams to the end,
+every word final once, as predict() labels it, and the streams opened while it drains go to the
+other; the encoder, an application of its own, keeps every stream's state throughout."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+import urllib.request
+
+import pytest
+from websockets.asyncio.client import connect
+
+from benchmarks.common import WORDS
+from tests.test_deploy import stream
+
+serve = pytest.importorskip("ray.serve", reason="needs the cluster extra (ray[serve])")
+cluster = pytest.importorskip("streampunct.server.cluster")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def replicas(app: str, deployment: str) -> dict[str, int]:
+    status = serve.status().applications[app].deployments[deployment]
+    return {str(state): n for state, n in status.replica_states.items()}
+
+
+def open_streams(url: str) -> int:
+    with urllib.request.urlopen(url.replace("ws://", "http://") + "/health", timeout=10) as r:
+        return json.loads(r.read())["streams"]
+
+
+@pytest.fixture(scope="module")
+def ray_serve():
+    import ray
+
+    port = free_port()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    try:
+        yield f"ws://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def test_a_session_replica_stopped_mid_stream_finishes_its_streams_and_the_next_go_to_the_other(
+    ray_serve, shipped
+):
+    url = ray_serve
+    cluster.deploy(session_replicas=2, device="cpu", drain_s=120)
+    assert replicas("sessions", "Sessions") == {"RUNNING": 2}
+    texts = [WORDS[i:] + WORDS[:i] + WORDS[:10] for i in range(20)]  # 30 words a stream
+    later = texts[:4]
+
+    async def go():
+        first = asyncio.Event()
+        before = [asyncio.create_task(stream(url, t, first, gap_s=0.3)) for t in texts]
+        await first.wait()
+        await asyncio.sleep(1.0)
+        # a new version of the sessions, one replica: Ray stops one old replica (it drains: no new
+        # streams, its open ones to their end), starts the new one, then stops the other old one
+        redeploy = asyncio.create_task(
+            asyncio.to_thread(cluster.deploy, session_replicas=1, device="cpu", drain_s=120, encoder=False)
+        )
+        for _ in range(100):
+            states = await asyncio.to_thread(replicas, "sessions", "Sessions")
+            if states.get("STOPPING"):
+                break
+            await asyncio.sleep(0.1)
+        assert states.get("STOPPING") == 1 and states.get("RUNNING") == 1, states
+        assert sum(not t.done() for t in before) >= 10  # mid-stream
+        after = [asyncio.create_task(stream(url, t)) for t in later]  # to the replica still running
+        results = await asyncio.gather(*before), await asyncio.gather(*after)
+        await redeploy
+        return results
+
+    before, after = asyncio.run(go())
+    for words, labels in zip(texts + later, before + after, strict=True):
+        assert labels == shipped.predict(words, lookahead=2)  # every word final, once, as predict
+    assert replicas("sessions", "Sessions") == {"RUNNING": 1}
+    assert replicas("encoder", "Encoder") == {"RUNNING": 1}
+    assert open_streams(url) == 0
+    encoder = serve.get_deployment_handle("Encoder", app_name="encoder")
+    assert encoder.open_streams.remote().result() == 0  # a finished stream is forgotten
+
+    async def lost():  # a client gone without its end message
+        async with connect(url + "/v1/punct") as ws:
+            await ws.send(json.dumps({"type": "config", "version": 1, "lookahead": 2}))
+            await ws.recv()
+            await ws.send(json.dumps({"type": "words", "words": WORDS}))
+            await ws.recv()
+
+    asyncio.run(lost())
+    deadline = time.monotonic() + 10
+    while encoder.open_streams.remote().result():  # its stream is forgotten in the encoder too
+        assert time.monotonic() < deadline, "the lost stream stayed in the encoder"
+        time.sleep(0.1)
