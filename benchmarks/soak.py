@@ -25,8 +25,8 @@ Checks, per session: it did not fail (an ``internal`` error, a close other than 
 ``end``), and every word got exactly one final event, in order, carrying the text the server was
 sent (after revisions). The server's resident memory (VmRSS) is sampled every ``--sample-s``:
 after warm-up, its maximum, at the end, and the growth from 10 % of the run to its end. Writes
-benchmarks/results/soak.json; exits with status 1 when a session failed or a word lacked exactly
-one final decision.
+benchmarks/results/soak.json (a run with --asr-pauses or --asr-trap: under its settings.hours);
+exits with status 1 when a session failed or a word lacked exactly one final decision.
 """
 
 from __future__ import annotations
@@ -48,13 +48,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import (  # noqa: E402
     CACHE,
     ESPEAK,
-    RESULTS,
     ROOT,
     Server,
     machine,
     make_speech,
     rss_mb,
     start_server,
+    write_json,
 )  # fmt: skip
 from websockets.asyncio.client import ClientConnection, connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed  # noqa: E402
@@ -849,7 +849,11 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sample-s", type=float, default=5.0, help="seconds between memory samples")
     ap.add_argument("--cache", type=Path, default=CACHE, help="where the speech is made and kept")
-    ap.add_argument("--out", type=Path, default=RESULTS / "soak.json")
+    ap.add_argument(
+        "--out", type=Path, default=None,
+        help="write here instead of benchmarks/results/soak.json (a run with --asr-pauses or --asr-trap "
+        "goes there under settings.hours)",
+    )  # fmt: skip
     args = ap.parse_args()
 
     words, labels = read_iwslt(Path(args.data) / "iwslt" / "dev2012")
@@ -903,13 +907,17 @@ def main() -> int:
         "passed": passed(figures),
         **figures,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(payload, indent=2) + "\n")
+    if args.out is None:
+        out = write_json("soak.json", payload, "hours" if args.asr_pauses or args.asr_trap else None)
+    else:
+        out = args.out
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(payload, indent=2) + "\n")
     print(table(figures))
     for f in figures["failures"][:20]:
         why = f["failure"] or "; ".join((f["errors"] + f["problems"])[:3])
         print(f"FAILED stream {f['stream']} session {f['session']}: {why}")
-    print(f"{'passed' if payload['passed'] else 'FAILED'}; wrote {args.out}")
+    print(f"{'passed' if payload['passed'] else 'FAILED'}; wrote {out}")
     return 0 if payload["passed"] else 1
 
 
