@@ -400,6 +400,11 @@ def main() -> None:
     )
     ap.add_argument("--timelines", default=None, help="folder for the streams' timelines (for latency_f1.py)")
     ap.add_argument("--out", default="caption_latency.json")
+    ap.add_argument(
+        "--setting",
+        default=None,
+        help="a run of other inputs (e.g. speech_dev): kept under the file's settings",
+    )
     ap.add_argument("--docs", action="store_true", help="write the tables into docs/latency.md")
     ap.add_argument(
         "--docs-from",
@@ -447,7 +452,7 @@ def main() -> None:
                 + f"; {s['breakdown_s']}",
                 flush=True,
             )
-    print(f"wrote {write_json(args.out, payload)}")
+    print(f"wrote {write_json(args.out, payload, args.setting)}")
     if args.docs:
         update_readme("latency", table(payload))
         update_readme("breakdown", breakdown(payload))

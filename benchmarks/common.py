@@ -21,6 +21,7 @@ import platform
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -233,6 +234,7 @@ class Server:
     proc: subprocess.Popen[str]
     url: str
     log: Path
+    ray: bool = False  # `streampunct serve-ray`: ``proc`` is Ray's driver, the replicas are other processes
 
     @property
     def pid(self) -> int:
@@ -258,26 +260,29 @@ class Server:
         return [line for line in lines if '"session_failed"' in line]
 
 
-def start_server(*args: str, log: Path | None = None, env: dict[str, str] | None = None) -> Server:
-    """A `streampunct serve` on a free port of 127.0.0.1; its log (stderr) goes to ``log``."""
+def free_port() -> int:
+    """A port of 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(
+    *args: str, log: Path | None = None, env: dict[str, str] | None = None, ray: int | None = None
+) -> Server:
+    """A `streampunct serve` on a free port of 127.0.0.1; its log (stderr) goes to ``log``. ``ray``:
+    `streampunct serve-ray` instead, with that many session replicas and one encoder on a local Ray
+    (its ``pid`` is the driver's, not the replicas')."""
     if log is None:
         log = Path(tempfile.mkstemp(prefix="streampunct-soak-", suffix=".log")[1])
+    # the soak runs speech faster than real time, at full speed by design: admission by load
+    # (503 busy) would refuse its sessions; server_load.py's overload section measures that
+    command = ["streampunct.server.app", "--port", "0", "--max-load", "off"]
+    if ray is not None:
+        command = ["streampunct.cli", "serve-ray", "--port", str(free_port()), "--session-replicas", str(ray)]
     with log.open("w") as err:
         proc = subprocess.Popen(
-            # the soak runs speech faster than real time, at full speed by design: admission by load
-            # (503 busy) would refuse its sessions; server_load.py's overload section measures that
-            [
-                sys.executable,
-                "-m",
-                "streampunct.server.app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--max-load",
-                "off",
-                *args,
-            ],
+            [sys.executable, "-m", *command, "--host", "127.0.0.1", *args],
             stdout=subprocess.PIPE,
             stderr=err,
             text=True,
@@ -285,12 +290,14 @@ def start_server(*args: str, log: Path | None = None, env: dict[str, str] | None
             env={**os.environ, **(env or {})},
         )
     assert proc.stdout is not None
-    line = proc.stdout.readline()
+    line = "-"
+    while line and "serving on" not in line:  # Ray may print before it
+        line = proc.stdout.readline()
     if "serving on" not in line:
         proc.kill()
         proc.wait()
         raise RuntimeError(f"the server did not start: {line!r}\n{log.read_text()[-2000:]}")
-    return Server(proc, line.split()[-1], log)
+    return Server(proc, line.split()[-1], log, ray is not None)
 
 
 def rss_mb(pid: int) -> float | None:

@@ -197,8 +197,9 @@ async def wait_streams_zero(url: str, timeout: float = HEALTH_WAIT_S) -> tuple[i
 
 
 async def settled_rss(server: Server, wait: float = 0.5) -> float | None:
+    """The server's resident memory (None on Ray Serve: the replicas are other processes)."""
     await asyncio.sleep(wait)
-    mb = rss_mb(server.pid)
+    mb = None if server.ray else rss_mb(server.pid)
     return None if mb is None else round(mb, 1)
 
 
@@ -422,7 +423,11 @@ class Servers:
         flags = ["--device", a.device, *a.model_args]
         if name == "punct":
             explicit = punct_ns(a)
-            flags += ["--max-streams", str((max(explicit) if explicit else a.max_streams) + 8)]
+            most = (max(explicit) if explicit else a.max_streams) + 8
+            if a.ray:  # serve-ray: the punctuation model alone, the limit a session replica's
+                model = ["--model", a.model] if a.model else []
+                return ["--device", a.device, *model, "--max-streams", str(most // a.ray + 8)]
+            flags += ["--max-streams", str(most)]
         elif name == "asr":
             flags += ["--preload-asr", "--max-streams", str(a.asr_max_streams + 8)]
         return flags
@@ -430,8 +435,9 @@ class Servers:
     def start(self, *names: str) -> None:
         for name in names:
             if name not in self.starting:
+                ray = self.args.ray if name == "punct" else None
                 self.starting[name] = asyncio.ensure_future(
-                    asyncio.to_thread(start_server, *self.flags(name))
+                    asyncio.to_thread(start_server, *self.flags(name), ray=ray)
                 )
 
     async def get(self, name: str) -> Server:
@@ -1440,6 +1446,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument(
         "--rss-every-s", type=float, default=5.0, help="RSS samples in the stall (default %(default)s)"
     )
+    ap.add_argument(
+        "--ray", type=int, default=None, metavar="N",
+        help="punct section on `streampunct serve-ray`: N session replicas, one encoder (settings.ray)",
+    )  # fmt: skip
     ap.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/server_load.json")
     ap.add_argument("--docs", action="store_true", help="write the tables into docs/protocol.md's markers")
     ap.add_argument("--docs-only", action="store_true", help="only that, from the results file; run nothing")
@@ -1513,7 +1523,8 @@ def main(argv: list[str] | None = None) -> int:
                     figures = await section_overload(args, words)
                 else:
                     figures = await section_faults(args, servers, words, labels)
-                done[name] = {**run_at, "wall_s": round(time.perf_counter() - t, 1), **figures}
+                key = "punct_ray" if name == "punct" and args.ray else name  # beside the plain server's
+                done[key] = {**run_at, "wall_s": round(time.perf_counter() - t, 1), **figures}
         finally:
             await servers.close()
         return done

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -17,11 +16,7 @@ from pathlib import Path
 import pytest
 from websockets.asyncio.client import connect
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from benchmarks.common import free_port
 
 
 async def cdp_eval(ws_url: str, expression: str, gesture: bool = False) -> object:

@@ -8,24 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 import urllib.request
 
 import pytest
 from websockets.asyncio.client import connect
 
-from benchmarks.common import WORDS
+from benchmarks.common import WORDS, free_port
 from tests.test_deploy import stream
 
 serve = pytest.importorskip("ray.serve", reason="needs the cluster extra (ray[serve])")
 cluster = pytest.importorskip("streampunct.server.cluster")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def replicas(app: str, deployment: str) -> dict[str, int]:

@@ -12,7 +12,6 @@ import asyncio
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -23,7 +22,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from benchmarks.common import WORDS, finals
+from benchmarks.common import WORDS, finals, free_port
 from benchmarks.common import spawn_server as start_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,12 +37,6 @@ needs_haproxy = pytest.mark.skipif(
 def test_the_haproxy_configuration_is_valid():
     check = subprocess.run(["haproxy", "-c", "-f", str(CONFIG)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def port_of(url: str) -> int:

@@ -18,9 +18,10 @@ Two Ray Serve applications:
   :class:`StarletteConnection`; their streams live in the encoder (:class:`ClusterApp`).
 
 A websocket is one ongoing request for its whole life: the proxy sends a new stream to a session
-replica with few open ones, and Ray Serve's autoscaling on ``target_ongoing_requests`` scales the
-session replicas on open streams. A session replica that stops (a new version of the sessions, a
-scale-down) takes no new streams and serves its open ones to their end, for ``--drain-s`` at most.
+replica with few open ones, and Ray Serve's autoscaling on ``target_ongoing_requests`` (not set
+here) would scale the session replicas on open streams. A session replica that stops (a new
+version of the sessions, a scale-down) takes no new streams and serves its open ones to their end,
+for ``--drain-s`` at most. With ``--device cuda`` the encoder replica asks Ray for a GPU.
 The encoder is an application of its own, so that redeploying the sessions leaves every stream's
 state where it is. One encoder replica: a stream's state is in one process (more would need the
 streams routed to replicas by id). Only ``/v1/punct``: a recogniser per stream belongs beside the
@@ -314,8 +315,10 @@ def deploy(
 ) -> None:
     """The two applications on the running Ray Serve (``encoder=False``: the sessions alone, a new
     version of them beside the encoder already there)."""
-    if encoder:
-        serve.run(Encoder.bind(model, device, int8), name=ENCODER_APP, route_prefix=None)
+    if encoder:  # a GPU of its own on --device cuda (Ray hides the GPUs an actor did not ask for)
+        gpus = 1 if device.startswith("cuda") else 0
+        encoder_app = Encoder.options(ray_actor_options={"num_cpus": 1, "num_gpus": gpus})
+        serve.run(encoder_app.bind(model, device, int8), name=ENCODER_APP, route_prefix=None)
     sessions = Sessions.options(num_replicas=session_replicas, graceful_shutdown_timeout_s=drain_s)
     serve.run(sessions.bind(limits), name=SESSIONS_APP, route_prefix="/")
 
@@ -334,13 +337,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--drain-s", type=float, default=DRAIN_S, help="seconds a stopping session replica serves its streams"
     )
+    ap.add_argument(
+        "--max-streams",
+        type=int,
+        default=Limits.max_streams,
+        help="streams open at once on a session replica",
+    )
     args = ap.parse_args(argv)
     import ray
 
-    ray.init(address=args.address)
+    ray.init(address=args.address, include_dashboard=False)
     serve.start(http_options={"host": args.host, "port": args.port})
-    deploy(args.session_replicas, args.model, args.device, args.int8, drain_s=args.drain_s)
-    print(f"streampunct on Ray Serve: ws://{args.host}:{args.port}/v1/punct", flush=True)
+    limits = Limits(max_streams=args.max_streams)
+    deploy(args.session_replicas, args.model, args.device, args.int8, limits, args.drain_s)
+    print(f"streampunct on Ray Serve, serving on ws://{args.host}:{args.port}", flush=True)
     stop = asyncio.Event()
 
     async def wait() -> None:
