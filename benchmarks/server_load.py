@@ -372,6 +372,7 @@ async def punct_trial(
                 await o.close()
         t = tally([])
         t["failures"] = [f"{len(refused)} of {n} streams did not open: {refused[0]}"]
+        t["client_loop_lag_max_ms"] = None
         return t
     t0 = time.perf_counter() + 0.5
     with LoopLag() as lag:
@@ -424,9 +425,9 @@ class Servers:
         if name == "punct":
             explicit = punct_ns(a)
             most = (max(explicit) if explicit else a.max_streams) + 8
-            if a.ray:  # serve-ray: the punctuation model alone, the limit a session replica's
+            if a.ray:  # serve-ray: the punctuation model alone; the limit is a session replica's
                 model = ["--model", a.model] if a.model else []
-                return ["--device", a.device, *model, "--max-streams", str(most // a.ray + 8)]
+                return ["--device", a.device, *model, "--max-streams", str(most)]  # Ray may send all to one
             flags += ["--max-streams", str(most)]
         elif name == "asr":
             flags += ["--preload-asr", "--max-streams", str(a.asr_max_streams + 8)]
@@ -1296,6 +1297,17 @@ def markdown(payload: dict[str, Any]) -> str:
                 f"| {_s(lat['p99'])} | {_s(lat['max'])} | {_s(r['server_rss_mb'], 0)} | {'yes' if r['passed'] else 'no'} |"
             )
         out += ["", _machine_line(p), ""]
+    r = sections.get("punct_ray")
+    if r:
+        runs = ", ".join(
+            f"{x['streams']}: {_s(x['latency_s']['p99'])} s{'' if x['passed'] else ' (no)'}"
+            for x in sorted(r["runs"], key=lambda x: x["streams"])
+        )
+        out += [
+            f"On `streampunct serve-ray` (`--ray`: session replicas and one encoder), p99 by streams: {runs}. "
+            f"Largest passing N: **{r['largest_passing_streams']}**. {_machine_line(r)}",
+            "",
+        ]
     a = sections.get("asr")
     if a and "skipped" in a:
         out += [f"**/v1/asr**: skipped ({a['skipped']}).", ""]
