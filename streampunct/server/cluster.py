@@ -114,7 +114,7 @@ class EncoderReplica:
             return Reply([], stream.n_words, stream.n_final, e)
         finally:
             if isinstance(call, Finish):
-                del self.streams[stream_id]
+                self.streams.pop(stream_id, None)  # (a lost session may have closed it)
         return Reply(events, stream.n_words, stream.n_final)
 
     def close(self, stream_id: str) -> None:
