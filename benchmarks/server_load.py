@@ -426,8 +426,13 @@ class Servers:
             explicit = punct_ns(a)
             most = (max(explicit) if explicit else a.max_streams) + 8
             if a.ray:  # serve-ray: the punctuation model alone; the limit is a session replica's
-                model = ["--model", a.model] if a.model else []
-                return ["--device", a.device, *model, "--max-streams", str(most)]  # Ray may send all to one
+                return [
+                    "--device",
+                    a.device,
+                    *a.punct_model_args,
+                    "--max-streams",
+                    str(most),
+                ]  # Ray may send all to one
             flags += ["--max-streams", str(most)]
         elif name == "asr":
             flags += ["--preload-asr", "--max-streams", str(a.asr_max_streams + 8)]
@@ -1474,8 +1479,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.stall_seconds, args.rss_every_s = 3.0, 1.0
     args.stall_alone_seconds = 2.0 if args.quick else args.stall_seconds
     args.out = args.out or RESULTS / ("server_load_quick.json" if args.quick else "server_load.json")
-    args.model_args = ["--model", args.model] if args.model else []
-    args.model_args += ["--asr-model", args.asr_model] if args.asr_model else []
+    args.punct_model_args = ["--model", args.model] if args.model else []
+    args.model_args = args.punct_model_args + (["--asr-model", args.asr_model] if args.asr_model else [])
     unknown = set(args.sections.split(",")) - {"punct", "asr", "faults", "overload", ""}
     if unknown:
         ap.error(f"unknown sections {', '.join(sorted(unknown))} (punct, asr, faults, overload)")

@@ -47,6 +47,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.frames import Close
 
 from ..errors import InputError, StreamPunctError
+from ..flags import add_int8_flag
 from ..punctuator import Punctuator
 from ..scheduler import Batcher
 from ..stream import Call, Finish, Push, Revise, Tick
@@ -277,7 +278,7 @@ class SessionReplica:
 
     def server(self) -> ClusterApp:
         if self._server is None:  # made in the event loop that serves the requests
-            encoder = serve.get_deployment_handle("Encoder", app_name=ENCODER_APP)
+            encoder = serve.get_deployment_handle(Encoder.name, app_name=ENCODER_APP)
             self._server = ClusterApp(encoder, self.limits)
         return self._server
 
@@ -333,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--session-replicas", type=int, default=2)
     ap.add_argument("--model", default=None, help="default, base, or a checkpoint folder")
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--int8", action="store_true", help="the encoder's matrices in int8 (CPU)")
+    add_int8_flag(ap)
     ap.add_argument(
         "--drain-s", type=float, default=DRAIN_S, help="seconds a stopping session replica serves its streams"
     )
