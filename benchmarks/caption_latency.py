@@ -114,6 +114,8 @@ FRONTENDS: dict[str, str] = {
     "settle-pauses": _flags(**WHISPER_ENDS, end_of_speech_s=None),
     "live": _flags(max_buffer_s=6.0, confident=0.7),
     "live-agree": _flags(max_buffer_s=6.0),
+    # issue 51, 2026-11-28: the single-pass commit policy beside the shipped front end
+    "alignatt": _flags(**WHISPER_ENDS, commit="alignatt"),
 }
 LONG = ("conv1", "monologue", "conv2")  # e2e recordings joined into the long stream
 STAGES = ("seen", "committed", "sent", "final")  # after the audio end, in order

@@ -149,7 +149,7 @@ from streampunct.scoring import (  # noqa: E402
     whisper_tokens,
     word_tokens,
 )
-from streampunct.speech import SAMPLE_RATE, StreamingRecognizer, resolve_asr_model  # noqa: E402
+from streampunct.speech import SAMPLE_RATE, StreamingRecognizer, load_whisper  # noqa: E402
 from streampunct.stream import Push  # noqa: E402
 from streampunct.text import normalize_labeled, read_iwslt, render  # noqa: E402
 
@@ -390,9 +390,7 @@ def speech_recordings(folder: Path, names: Sequence[str]) -> list[dict]:
 
 
 def whisper(name: str):
-    from faster_whisper import WhisperModel
-
-    return WhisperModel(resolve_asr_model(name), device="cpu", compute_type="int8")
+    return load_whisper(name, device="cpu")
 
 
 def front_end(options: RecognizerOptions, pipeline: FrontEndOptions) -> dict:

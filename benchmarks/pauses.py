@@ -26,7 +26,7 @@ from common import machine, write_json  # noqa: E402
 from streampunct import Punctuator  # noqa: E402
 from streampunct.pipeline import recorded_words  # noqa: E402
 from streampunct.scoring import compare, metrics, pool, reference, whisper_tokens, word_tokens  # noqa: E402
-from streampunct.speech import resolve_asr_model  # noqa: E402
+from streampunct.speech import load_whisper  # noqa: E402
 
 MODES: list[tuple[str, int | None]] = [("k=0", 0), ("k=2", 2), ("offline", None)]
 
@@ -35,9 +35,7 @@ def transcribe(audio: Path, cache: Path, asr_name: str = "tiny.en") -> dict:
     path = cache / f"{audio.stem}.{asr_name}.json"
     if path.is_file():
         return json.loads(path.read_text())
-    from faster_whisper import WhisperModel
-
-    asr = WhisperModel(resolve_asr_model(asr_name), device="cpu", compute_type="int8")
+    asr = load_whisper(asr_name, device="cpu")
     segments, info = asr.transcribe(str(audio), language="en", word_timestamps=True, beam_size=1)
     words = [{"text": w.word, "start": w.start, "end": w.end} for s in segments for w in (s.words or [])]
     rec = {"audio": audio.name, "seconds": info.duration, "reference": audio.with_suffix(".txt").read_text()}

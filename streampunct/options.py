@@ -20,9 +20,10 @@ from typing import ClassVar, Literal
 
 from .errors import StreamPunctError
 
-__all__ = ["StreamOptions", "RecognizerOptions", "FrontEndOptions", "SentenceEnds"]
+__all__ = ["StreamOptions", "RecognizerOptions", "FrontEndOptions", "SentenceEnds", "Commit"]
 
 SentenceEnds = Literal["whisper", "punctuator"]
+Commit = Literal["agreement", "alignatt"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,8 @@ class RecognizerOptions:
     context_s: float | None = None
     agree_after_s: float | None = 0.3
     sentence_ends: SentenceEnds = "whisper"
+    commit: Commit = "agreement"
+    frame_threshold_s: float = 0.5
 
     HELP: ClassVar[dict[str, str]] = {
         "language": "the language Whisper transcribes",
@@ -90,6 +93,10 @@ class RecognizerOptions:
         "their agreement to commit it, or off",
         "sentence_ends": "whose sentence ends trim the recogniser's buffer: Whisper's own marks, or "
         "streampunct's final periods",
+        "commit": "how a pass commits words: two passes agreeing (LocalAgreement, with the settle rules) "
+        "or AlignAtt (one pass, by where the decoder's attention reads)",
+        "frame_threshold_s": "with commit alignatt: a token read within this much (s) of the end of the "
+        "audio heard, and the words from it on, wait for the next pass",
     }
 
     def __post_init__(self) -> None:
@@ -100,6 +107,15 @@ class RecognizerOptions:
             raise StreamPunctError(
                 f"resume_s must be from 0 to max_lag_s ({self.max_lag_s}), got {self.resume_s}"
             )
+        commits = typing.get_args(Commit)
+        if self.commit not in commits:
+            raise StreamPunctError(f"commit must be one of {commits}, got {self.commit!r}")
+        if self.commit == "alignatt" and self.language != "en":
+            raise StreamPunctError(
+                f"commit alignatt transcribes English (language en), not {self.language!r}"
+            )
+        if self.frame_threshold_s < 0:
+            raise StreamPunctError(f"frame_threshold_s must be 0 or more, not {self.frame_threshold_s}")
         if self.beam_size < 1:
             raise StreamPunctError(f"beam_size must be 1 or more, not {self.beam_size}")
         for name in ("min_chunk_s", "max_buffer_s"):

@@ -117,6 +117,10 @@ class App:
                 self._whisper = await loop.run_in_executor(
                     self.asr_executor, load_whisper, self.asr_model_name, self.asr_device
                 )
+                if self.recognizer_options.commit == "alignatt":  # its decoder now, not in a first pass
+                    from streampunct.speech.alignatt import alignatt_decoder
+
+                    await loop.run_in_executor(self.asr_executor, alignatt_decoder, self._whisper)
                 log_event(
                     logging.INFO,
                     "asr_model_loaded",

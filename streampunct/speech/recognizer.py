@@ -15,7 +15,11 @@ misreads it alike). Sooner, as configured: on first sight for a word the recogni
 (``settle_unsure_after_s`` for a word with probability under ``UNSURE_BELOW``); and the whole
 hypothesis at the end of speech (the last word ended ``end_of_speech_s`` before the audio heard and
 faster-whisper's VAD, Silero, hears no speech since). ``context_s`` holds an agreed word until a pass
-has heard that much after it, and commits it as that pass wrote it (its mark included).
+has heard that much after it, and commits it as that pass wrote it (its mark included). With
+``commit="alignatt"`` (:mod:`.alignatt`) a pass decodes once after the buffer's committed words and
+commits every word before the first token the decoder's alignment heads read within
+``frame_threshold_s`` of the end of the audio heard; agreement and the settle rules are not used,
+the end of speech is.
 
 Trimming. Past ``trim_after_s`` the buffer is trimmed at the end of the last committed sentence:
 a committed word Whisper wrote with ``.``, ``?`` or ``!``, or with ``sentence_ends="punctuator"``
@@ -72,6 +76,7 @@ from ..errors import StreamPunctError
 from ..options import RecognizerOptions
 from ..types import SAMPLE_RATE, Word
 from .agreement import LocalAgreement
+from .alignatt import AlignAtt
 from .guards import loop_cut, runaway_cut
 from .whisper import encoder_window, is_silence
 
@@ -242,7 +247,9 @@ class StreamingRecognizer:
         cut = runaway_cut(len(words), len(self.audio) / SAMPLE_RATE)
         return ("runaway", cut) if cut is not None else (None, None)
 
-    def _policy(self, last_end: float) -> LocalAgreement:
+    def _policy(self, last_end: float) -> LocalAgreement | AlignAtt:
+        if self.options.commit == "alignatt":
+            return AlignAtt(last_end=last_end, frame_threshold_s=self.options.frame_threshold_s)
         return LocalAgreement(
             last_end=last_end,
             confident=self.options.confident,
@@ -322,6 +329,11 @@ class StreamingRecognizer:
             if self.options.encoder_pad_s is None
             else max(seconds + self.options.encoder_pad_s, MIN_WINDOW_S)
         )
+        max_tokens = math.ceil(MAX_TOKENS_PER_S * seconds) + 10
+        if isinstance(self.policy, AlignAtt):
+            return self.policy.transcribe(
+                self.model, self.audio, self.offset, window, max_tokens, prompt, self.options.beam_size
+            )
         words, probabilities = [], []
         with encoder_window(self.model, window):
             segments, _ = self.model.transcribe(
@@ -333,7 +345,7 @@ class StreamingRecognizer:
                 beam_size=self.options.beam_size,
                 temperature=0.0,  # one decode a pass, the same words every run: no fallback
                 condition_on_previous_text=False,
-                max_new_tokens=math.ceil(MAX_TOKENS_PER_S * seconds) + 10,
+                max_new_tokens=max_tokens,
             )
             for seg in segments:  # a generator: the encoder runs while it is read
                 for w in seg.words or []:
