@@ -185,5 +185,6 @@ def test_a_server_set_to_alignatt_has_the_decoder_ready_with_the_model():
         model = asyncio.run(app.whisper())
     finally:
         app.asr_executor.shutdown()
-    decoder, tokenizer = model._streampunct_alignatt
+    decoder, tokenizer, suppressed = model._streampunct_alignatt
     assert isinstance(decoder, WhisperDecoder) and tokenizer.eot > 50000
+    assert tokenizer.no_speech in suppressed

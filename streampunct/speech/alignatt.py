@@ -129,7 +129,7 @@ class AlignAtt:
         self.draft = None
         if is_silence(audio):
             return [], []
-        decoder, tokenizer = alignatt_decoder(model)
+        decoder, tokenizer, suppressed = alignatt_decoder(model)
         features = model.feature_extractor(audio)
         content = features.shape[-1]
         width = 3000 if window_s is None else min(3000, math.ceil(window_s * 100))
@@ -148,7 +148,7 @@ class AlignAtt:
             beam_size=beam_size,
             max_length=min(448, len(start) + len(prefix) + max_tokens),  # the decoder's positions
             suppress_blank=not prefix,  # after committed words, the audio may hold no more
-            suppress_tokens=_suppressed(tokenizer),
+            suppress_tokens=suppressed,
             return_scores=True,
             return_no_speech_prob=True,
         )[0]
@@ -205,12 +205,14 @@ class AlignAtt:
         return list(self.previous)
 
 
-def alignatt_decoder(model: Any) -> tuple[WhisperDecoder, Any]:
+def alignatt_decoder(model: Any) -> tuple[WhisperDecoder, Any, list[int]]:
     """The PyTorch decoder of a model that :func:`~.whisper.load_whisper` loaded (on the model's
-    device), and its tokenizer: made once per model."""
+    device), its tokenizer and the tokens a pass never writes (faster-whisper's): made once per
+    model."""
     cached = getattr(model, "_streampunct_alignatt", None)
     if cached is None:
         from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper.transcribe import get_suppressed_tokens
 
         path = getattr(model, "streampunct_path", None)
         if path is None:
@@ -219,14 +221,9 @@ def alignatt_decoder(model: Any) -> tuple[WhisperDecoder, Any]:
             model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language="en"
         )
         decoder = WhisperDecoder.load(path).to("cuda" if model.model.device == "cuda" else "cpu")
-        cached = model._streampunct_alignatt = (decoder, tokenizer)
+        suppressed = list(get_suppressed_tokens(tokenizer, [-1]))
+        cached = model._streampunct_alignatt = (decoder, tokenizer, suppressed)
     return cached
-
-
-def _suppressed(tokenizer: Any) -> list[int]:
-    from faster_whisper.transcribe import get_suppressed_tokens
-
-    return list(get_suppressed_tokens(tokenizer, [-1]))
 
 
 def _storage(features: np.ndarray) -> Any:
