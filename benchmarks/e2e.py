@@ -134,18 +134,18 @@ from common import (  # noqa: E402
 
 from streampunct import Punctuator  # noqa: E402
 from streampunct.flags import add_config_flags, config_from_flags  # noqa: E402
-from streampunct.metrics import count  # noqa: E402
 from streampunct.options import FrontEndOptions, RecognizerOptions, StreamOptions  # noqa: E402
 from streampunct.pipeline import CaptionPipeline, call_to_json, calls_from_json, simulate  # noqa: E402
 from streampunct.processes import in_processes  # noqa: E402
 from streampunct.punctuator import SHIPPED_MODELS, checkpoint_dir  # noqa: E402
 from streampunct.scoring import (  # noqa: E402
-    TALLY,
+    UNIT_TOKENS,
     compare,
     metrics,
     paired,
     pool,
     reference,
+    unit_tallies,
     whisper_tokens,
     word_tokens,
 )
@@ -163,7 +163,7 @@ MONOLOGUE_WORDS = 800
 # audio streamed twice could give other words); 3 since the recording is the caption pipeline's
 # calls (streampunct.pipeline: the pause clock's ticks, the server's push clock; 2026-11-28).
 # ``record`` streams again a recording streamed before.
-STREAM_VERSION = 3
+STREAM_VERSION = 4  # 4: words carry what the recogniser heard at their ends (cues)
 OFFLINE_ASR = ("tiny.en", "base")
 # The streamed words' time limit: the clients' default (the other words have none: predict's labels).
 LIVE_DELAY_MS = StreamOptions.max_delay_ms
@@ -177,7 +177,6 @@ SPEECH_SPLIT = {
     "speech_dev": ("CAR0001", "CAR0002", "GAS0001", "GAS0002"),
     "speech_test": ("CAR0003", "CAR0005", "GAS0003", "GAS0004"),
 }
-UNIT_TOKENS = 60  # reference tokens in a resampled unit of the paired bootstrap
 BOOTSTRAP_SEED = 0
 # (name, voices, words a minute, seed); conv2 starts where conv1 stopped
 CONVERSATIONS = (("conv1", ("en-us+m3", "en-us+f3"), 150, 1), ("conv2", ("en-us+m1", "en-us+f2"), 175, 2))
@@ -203,16 +202,18 @@ def replay(
     marks: bool = True,
     provisional_lookahead: bool = True,
     max_delay_ms: float | None = None,
+    heard: bool = True,
 ) -> tuple[list[str], list[str]]:
     """A recording's calls (see :func:`stream_asr`) through a fresh stream; each word's final
     label. Without ``marks``, the recogniser's own marks are taken off its words first (a
-    recogniser that writes none); without ``provisional_lookahead``, no tentative words."""
+    recogniser that writes none); without ``provisional_lookahead``, no tentative words; without
+    ``heard``, no cues (what the recogniser heard at the words' ends)."""
     kwargs: dict[str, object] = {"lookahead": lookahead, "max_delay_ms": max_delay_ms}
     if pauses is not None:
         kwargs["pauses"] = pauses
     stream = p.stream(**kwargs)
     final: dict[int, str] = {}
-    calls = calls_from_json(asr["calls"], marks, provisional_lookahead)
+    calls = calls_from_json(asr["calls"], marks, provisional_lookahead, heard)
     for call in calls:
         final.update((e.index, e.label) for e in stream.run(call) if e.final)
     words = [w.text for call in calls if isinstance(call, Push) for w in call.words]
@@ -616,6 +617,10 @@ def systems_for(
                     off = {**systems[-1], "name": name + " marks=off", "marks": False}
                     on = {**systems[-1], "name": name + " marks=on", "marks": True}
                     systems[-1:] = {"both": [off, on], "on": [on], "off": [off]}[marks]
+                if pz and getattr(p.model, "hearing", None) is not None:  # the same, not hearing
+                    systems.insert(
+                        -1, {**systems[-1], "name": systems[-1]["name"] + " heard=off", "heard": False}
+                    )
     if words != "streamed":
         on = f"{words.removeprefix('offline:')} offline" if words.startswith("offline:") else words
         systems = [{**s, "name": f"{s['name']}, on {on} words"} for s in systems]
@@ -660,6 +665,7 @@ def evaluate(
                     s.get("marks", True),
                     provisional_lookahead,
                     LIVE_DELAY_MS if words == "streamed" else None,
+                    s.get("heard", True),
                 )
             elif s["kind"] == "whisper_streamed":
                 hyp = whisper_tokens(streamed_words(r["streaming"][STREAM_ASR]))
@@ -710,28 +716,6 @@ def table(results: dict, sets: Sequence[str]) -> str:
 # --- paired bootstrap (the speech sets) -----------------------------------------------------------
 
 
-def unit_tallies(c: dict, unit_tokens: int = UNIT_TOKENS) -> dict[int, np.ndarray]:
-    """One recording's comparison (:func:`compare`) per unit of ``unit_tokens`` consecutive
-    reference tokens: ``streampunct.scoring.TALLY`` (word errors, reference tokens, true positives,
-    false positives and misses over the marks). A step of the alignment, and the marks of its hypothesis
-    token, count in the unit of its reference token; an inserted token's in the unit of the
-    reference token before it (the first unit if none). Summed over the units: the table's counts."""
-    out: dict[int, np.ndarray] = {}
-    hyp_of: dict[int, list[int]] = {}  # a unit's hypothesis tokens
-    unit = 0
-    for op, i, j in c["path"]:
-        if i is not None:
-            unit = i // unit_tokens
-        if j is not None:
-            hyp_of.setdefault(unit, []).append(j)
-        row = out.setdefault(unit, np.zeros(len(TALLY), dtype=np.int64))
-        row[:2] += (op != "=", i is not None)
-    for unit, js in hyp_of.items():
-        n = count([c["ref"][j] for j in js], [c["hyp"][j] for j in js])
-        out[unit][2:] += [sum(n.tp.values()), sum(n.fp.values()), sum(n.fn.values())]
-    return out
-
-
 def set_units(
     recordings: Sequence[dict], per_rec: dict[str, dict], set_name: str, unit_tokens: int = UNIT_TOKENS
 ) -> dict[tuple[str, int], np.ndarray]:
@@ -750,7 +734,12 @@ def server_system(systems: Sequence[dict]) -> str | None:
     for s in systems:
         if s["kind"] != "streampunct" or s["model"] != "default" or s["lookahead"] != 2:
             continue
-        if s["pauses"] in (True, None) and s.get("marks", True) and s.get("words") == "streamed":
+        if (
+            s["pauses"] in (True, None)
+            and s.get("marks", True)
+            and s.get("heard", True)
+            and s.get("words") == "streamed"
+        ):
             return s["name"]
     return None
 
@@ -777,7 +766,7 @@ def bootstrap(
             b = set_units(recordings, compared[b_name], set_name, unit_tokens)
             if set(b) != set(a):  # b lacks a recording: not the same audio
                 continue
-            out[set_name][b_name] = paired(a, b, draws, seed)
+            out[set_name][b_name] = paired(a, b, draws, seed, nested=True)
     return out
 
 

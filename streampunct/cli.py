@@ -207,7 +207,11 @@ def _calibrate_speech(args: argparse.Namespace) -> int:
     from .punctuator import Punctuator, checkpoint_dir
     from .training.calibrate import calibrate_speech
 
-    paths = sorted(Path(args.speech).glob("*.json"))
+    paths = [
+        q
+        for arg in args.speech
+        for q in (sorted(Path(arg).glob("*.json")) if Path(arg).is_dir() else [Path(arg)])
+    ]
     recordings = []
     for path in paths:
         rec = json.loads(path.read_text())
@@ -223,7 +227,16 @@ def _calibrate_speech(args: argparse.Namespace) -> int:
     p = Punctuator.load(folder, device=args.device)
     if not isinstance(p.model, PunctModel):
         raise InputError(f"{folder}: only an encoder checkpoint has pause fusion")
-    print(f"calibrating {folder}'s pause fusion on {len(recordings)} recordings in {args.speech}")
+    if args.hearing:
+        from .training.hearing import fit_hearing, trace_all
+
+        named = [(path.stem, *r) for path, r in zip(paths, recordings)]
+        print(f"fitting {folder}'s fusion with what was heard on {', '.join(n for n, _, _ in named)}")
+        fusion, _ = fit_hearing(trace_all(p, named, args.lookaheads, args.max_delay_ms), named)
+        fusion.save(folder / "hearing.json")
+        print(f"wrote {folder / 'hearing.json'}")
+        return 0
+    print(f"calibrating {folder}'s pause fusion on {len(recordings)} recordings in {' '.join(args.speech)}")
     report = calibrate_speech(p, recordings, args.lookaheads, args.max_delay_ms, args.slots)
     p.model.save_pauses(folder)
     report["recordings"] = [path.stem for path in paths]
@@ -396,9 +409,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     speech = p.add_argument_group("the pause fusion's offsets, on recognised speech (instead of --dev)")
     speech.add_argument(
         "--speech",
-        metavar="DIR",
-        help="recordings as benchmarks/e2e.py record writes them (a dev set): the fusion's offsets per "
-        "lookahead slot, for micro-F1 on them (rewrites pauses.safetensors)",
+        metavar="PATH",
+        nargs="+",
+        help="recordings as benchmarks/e2e.py record writes them (files, or folders of them; a dev set): "
+        "the fusion's offsets per lookahead slot, for micro-F1 on them (rewrites pauses.safetensors)",
+    )
+    speech.add_argument(
+        "--hearing",
+        action="store_true",
+        help="instead, fit the fusion with what the recogniser heard (its mark probabilities, the voice) "
+        "on them, with --lookaheads 0 1 2, and write hearing.json (streampunct/hearing.py)",
     )
     speech.add_argument(
         "--lookaheads",

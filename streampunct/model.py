@@ -26,12 +26,15 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from .errors import CheckpointError, InputError
+from .hearing import SpeechFusion
 from .prosody import PauseFusion, n_features
+from .types import Cues
 
 __all__ = ["ModelConfig", "PunctModel", "layer_lookaheads", "window_limit"]
 
@@ -406,6 +409,7 @@ class PunctModel(Encoder):
             if cfg.pause_hidden
             else None
         )
+        self.hearing: SpeechFusion | None = None  # hearing.json: the fusion with what was heard
         self.set_label_bias(cfg.label_bias, cfg.window_bias)
 
     def with_pauses(
@@ -414,17 +418,26 @@ class PunctModel(Encoder):
         features: Sequence[float] | None,
         ahead: int | None,
         silence: bool = False,
+        cues: Cues | None = None,
     ) -> torch.Tensor:
         """A decision's logits corrected by its pause features (``prosody.pause_features``), when
         the checkpoint has pause fusion, the word has times and the decision sees a word after it,
         the silence after it (``silence``: decided at its deadline, ``PunctStream``) or the
         fusion reads the recogniser's marks (at k=0 the pause after the word is unknown, and the
-        rest alone did not pay: docs/conversation.md); else unchanged."""
+        rest alone did not pay: docs/conversation.md); else unchanged. A word's last token with
+        ``cues`` (what the recogniser heard at its end) is then decided by the checkpoint's
+        :class:`~streampunct.hearing.SpeechFusion`, where it has one."""
         if self.pause_fusion is None or features is None:
             return logits
-        if ahead == 0 and not (self.cfg.pause_marks or silence):
-            return logits
-        return self.pause_fusion.correct(logits, features, ahead)
+        fused = logits
+        if ahead != 0 or self.cfg.pause_marks or silence:
+            fused = self.pause_fusion.correct(logits, features, ahead)
+        if self.hearing is None or cues is None:
+            return fused
+        heard = self.hearing.decide(
+            logits.float().numpy(), fused.float().numpy(), features, cues, ahead, silence
+        )
+        return torch.from_numpy(np.asarray(heard, dtype=np.float32))
 
     def set_label_bias(
         self,
@@ -548,7 +561,10 @@ class PunctModel(Encoder):
                 state.update(load_file(str(d / "pauses.safetensors")))
         except (OSError, ValueError, TypeError) as e:
             raise CheckpointError(f"cannot read checkpoint in {d}: {e}") from e
-        return fit_state(model, _fuse_qkv(_dequantize(state)), d, device)
+        model = fit_state(model, _fuse_qkv(_dequantize(state)), d, device)
+        if (d / "hearing.json").is_file() and model.pause_fusion is not None:
+            model.hearing = SpeechFusion.load(d / "hearing.json")
+        return model
 
     def quantize_int8(self) -> PunctModel:
         """CPU inference with the encoder's matrices in int8 (:meth:`Linear._int8_forward`), the

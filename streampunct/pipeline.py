@@ -41,7 +41,7 @@ from .options import FrontEndOptions
 from .speech import Hypothesis, Skip, StreamingRecognizer, is_silence
 from .stream import Call, Finish, Push, Tick
 from .text import without_mark
-from .types import SAMPLE_RATE, PunctEvent, Word
+from .types import SAMPLE_RATE, Cues, PunctEvent, Word
 
 __all__ = [
     "CaptionPipeline",
@@ -233,11 +233,17 @@ def _passes(pipeline: CaptionPipeline, now: float) -> Iterator[Heard]:
 
 
 def _words_json(words: Sequence[str | Word]) -> list[dict[str, Any]]:
-    return [
-        {"text": w.text, "start": w.start and round(w.start, 3), "end": w.end and round(w.end, 3)}
-        for w in words
-        if isinstance(w, Word)
-    ]
+    out: list[dict[str, Any]] = []
+    for w in words:
+        if isinstance(w, Word):
+            out.append(
+                {"text": w.text, "start": w.start and round(w.start, 3), "end": w.end and round(w.end, 3)}
+            )
+            if w.cues is not None:
+                out[-1]["cues"] = {
+                    k: [round(x, 4) for x in v] for k, v in vars(w.cues).items() if v is not None
+                }
+    return out
 
 
 def call_to_json(call: Call, clock: float | None = None) -> dict[str, Any]:
@@ -252,22 +258,30 @@ def call_to_json(call: Call, clock: float | None = None) -> dict[str, Any]:
     return {**out, "finish": True}
 
 
-def recorded_words(words: Sequence[dict[str, Any]], marks: bool = True) -> list[Word]:
+def recorded_words(words: Sequence[dict[str, Any]], marks: bool = True, cues: bool = True) -> list[Word]:
     """Recorded words; without ``marks``, their own marks taken off (as from a recogniser that
-    writes none)."""
-    return [Word(w["text"] if marks else without_mark(w["text"]), w["start"], w["end"]) for w in words]
+    writes none); without ``cues``, what the recogniser heard at their ends left out."""
+    return [
+        Word(
+            w["text"] if marks else without_mark(w["text"]),
+            w["start"],
+            w["end"],
+            Cues(**{k: tuple(v) for k, v in w["cues"].items()}) if cues and "cues" in w else None,
+        )
+        for w in words
+    ]
 
 
 def calls_from_json(
-    records: Sequence[dict[str, Any]], marks: bool = True, tentative: bool = True
+    records: Sequence[dict[str, Any]], marks: bool = True, tentative: bool = True, cues: bool = True
 ) -> list[Call]:
     """The calls :func:`call_to_json` recorded; without ``marks`` the recogniser's marks taken off
-    the words, without ``tentative`` no provisional words."""
+    the words, without ``tentative`` no provisional words, without ``cues`` no cues."""
     out: list[Call] = []
     for c in records:
         if "push" in c:
-            guess = recorded_words(c["tentative"], marks) if tentative else []
-            out.append(Push(tuple(recorded_words(c["push"], marks)), c["now"], tuple(guess)))
+            guess = recorded_words(c["tentative"], marks, cues) if tentative else []
+            out.append(Push(tuple(recorded_words(c["push"], marks, cues)), c["now"], tuple(guess)))
         elif "tick" in c:
             out.append(Tick(c["tick"]))
         else:

@@ -203,8 +203,12 @@ class Punctuator:
             ahead = [None if lookahead is None else min(lookahead, n - 1 - t) for t in range(n)]
             cfg = self.model.cfg
             features = token_features(words, source, ahead, cfg.pause_marks, cfg.pause_continued)
+            cues = [words[w].cues if t + 1 == n or source[t + 1] != w else None for t, w in enumerate(source)]
             logits = torch.stack(
-                [self.model.with_pauses(row, f, a) for row, f, a in zip(logits, features, ahead)]
+                [
+                    self.model.with_pauses(row, f, a, cues=c)
+                    for row, f, a, c in zip(logits, features, ahead, cues)
+                ]
             )
         return logits.argmax(-1).tolist()
 

@@ -15,16 +15,17 @@ from typing import Any
 
 import numpy as np
 
-from .metrics import MARK_CLASSES, score
+from .metrics import MARK_CLASSES, count, score
 from .text import normalize, normalize_labeled
 from .training.conversation import labeled_words
 
 __all__ = [
     "align", "move_marks", "compare", "pool", "metrics", "reference", "whisper_tokens", "word_tokens",
-    "accuracy", "TALLY", "micro_f1", "wer", "paired",
+    "accuracy", "TALLY", "UNIT_TOKENS", "unit_tallies", "micro_f1", "wer", "paired",
 ]  # fmt: skip
 
 TALLY = ("edits", "ref_words", "tp", "fp", "fn")  # a unit's counts in the paired bootstrap (:func:`paired`)
+UNIT_TOKENS = 60  # reference tokens a unit of the bootstrap (:func:`unit_tallies`)
 
 
 def _key(token: str) -> str:
@@ -153,6 +154,28 @@ def accuracy(words: list[dict[str, Any]], text: str) -> dict[str, Any]:
     return c
 
 
+def unit_tallies(c: dict, unit_tokens: int = UNIT_TOKENS) -> dict[int, np.ndarray]:
+    """One recording's comparison (:func:`compare`) per unit of ``unit_tokens`` consecutive
+    reference tokens: ``streampunct.scoring.TALLY`` (word errors, reference tokens, true positives,
+    false positives and misses over the marks). A step of the alignment, and the marks of its hypothesis
+    token, count in the unit of its reference token; an inserted token's in the unit of the
+    reference token before it (the first unit if none). Summed over the units: the table's counts."""
+    out: dict[int, np.ndarray] = {}
+    hyp_of: dict[int, list[int]] = {}  # a unit's hypothesis tokens
+    unit = 0
+    for op, i, j in c["path"]:
+        if i is not None:
+            unit = i // unit_tokens
+        if j is not None:
+            hyp_of.setdefault(unit, []).append(j)
+        row = out.setdefault(unit, np.zeros(len(TALLY), dtype=np.int64))
+        row[:2] += (op != "=", i is not None)
+    for unit, js in hyp_of.items():
+        n = count([c["ref"][j] for j in js], [c["hyp"][j] for j in js])
+        out[unit][2:] += [sum(n.tp.values()), sum(n.fp.values()), sum(n.fn.values())]
+    return out
+
+
 def micro_f1(t: np.ndarray) -> np.ndarray:
     """Micro-F1 over the marks (%) from tallies summed over units (any leading axes)."""
     tp, fp, fn = t[..., 2], t[..., 3], t[..., 4]
@@ -164,16 +187,28 @@ def wer(t: np.ndarray) -> np.ndarray:
     return 100 * t[..., 0] / np.maximum(t[..., 1], 1)
 
 
-def paired(a: dict[Any, np.ndarray], b: dict[Any, np.ndarray], draws: int = 10000, seed: int = 0) -> dict:
+def paired(
+    a: dict[Any, np.ndarray],
+    b: dict[Any, np.ndarray],
+    draws: int = 10000,
+    seed: int = 0,
+    nested: bool = False,
+) -> dict:
     """Front end (or model, or system) ``a`` against ``b`` on the same units (:data:`TALLY` each): each
     one's micro-F1 and WER, the differences (a - b), their 95% bootstrap intervals, and the share of
-    resamples in which ``a`` is worse."""
+    resamples in which ``a`` is worse. ``nested``: the keys are (recording, unit) and each resample
+    draws recordings, then units inside each recording drawn (a two-level bootstrap: recordings
+    differ by more than units inside one do)."""
     keys = sorted(set(a) | set(b), key=str)
     zero = np.zeros(len(TALLY), dtype=np.int64)
     ta = np.stack([a.get(k, zero) for k in keys])
     tb = np.stack([b.get(k, zero) for k in keys])
-    idx = np.random.default_rng(seed).integers(0, len(keys), (draws, len(keys)))
-    sa, sb = ta[idx].sum(axis=1), tb[idx].sum(axis=1)
+    rng = np.random.default_rng(seed)
+    if nested:
+        sa, sb = _nested_sums(ta, tb, [k[0] for k in keys], draws, rng)
+    else:
+        idx = rng.integers(0, len(keys), (draws, len(keys)))
+        sa, sb = ta[idx].sum(axis=1), tb[idx].sum(axis=1)
     # marks: the reference's, as aligned onto a's words (its true positives and misses)
     out: dict[str, Any] = {"units": len(keys), "marks": int(ta[:, 2].sum() + ta[:, 4].sum())}
     for name, f, worse in (("micro_f1", micro_f1, np.less), ("wer", wer, np.greater)):
@@ -186,3 +221,22 @@ def paired(a: dict[Any, np.ndarray], b: dict[Any, np.ndarray], draws: int = 1000
             "p_worse": round(float(worse(diff, 0).mean()), 3),
         }
     return out
+
+
+def _nested_sums(
+    ta: np.ndarray, tb: np.ndarray, groups: Sequence[Any], draws: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """The tallies of ``draws`` two-level resamples: groups (recordings) drawn with replacement,
+    then as many of each drawn group's units, with replacement, as it has; summed per draw."""
+    members: dict[Any, list[int]] = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    names = list(members)
+    sa = np.zeros((draws, ta.shape[1]), dtype=np.int64)
+    sb = np.zeros_like(sa)
+    for d in range(draws):
+        for g in rng.integers(0, len(names), len(names)):
+            idx = rng.choice(members[names[g]], len(members[names[g]]))
+            sa[d] += ta[idx].sum(axis=0)
+            sb[d] += tb[idx].sum(axis=0)
+    return sa, sb

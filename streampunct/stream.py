@@ -335,7 +335,8 @@ class PunctStream:
             features = pause_features(
                 word, before, after or silence, last, first, cfg.pause_marks, cfg.pause_continued
             )
-            logits = self._model.with_pauses(logits, features, ahead, silence is not None)
+            cues = word.cues if last else None
+            logits = self._model.with_pauses(logits, features, ahead, silence is not None, cues)
         return int(logits.argmax())
 
     def _silence_after(self, word: Word, t: int) -> Word | None:

@@ -10,12 +10,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import InputError
 from .text import MARKS
 
-__all__ = ["Word", "PunctEvent", "Lookahead", "MAX_LOOKAHEAD", "ENGINES", "SAMPLE_RATE", "check_lookahead"]
+__all__ = [
+    "Word",
+    "Cues",
+    "PunctEvent",
+    "Lookahead",
+    "MAX_LOOKAHEAD",
+    "ENGINES",
+    "SAMPLE_RATE",
+    "check_lookahead",
+]
 
 MAX_LOOKAHEAD = 64
 SAMPLE_RATE = 16000  # Hz: the audio every front end takes (Whisper's rate, /v1/asr's PCM)
@@ -40,12 +49,25 @@ def _seconds(value: object) -> bool:
 
 
 @dataclass(frozen=True)
+class Cues:
+    """What a recogniser heard at a word's end besides the word: ``marks``, the probabilities its
+    decoder gave to COMMA, PERIOD, QUESTION and a segment's end after the word
+    (:mod:`streampunct.speech.marks`), and ``voice``, the prosody of the word's end
+    (:mod:`streampunct.speech.voice`); None where it has none."""
+
+    marks: tuple[float, ...] | None = None
+    voice: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
 class Word:
-    """A recogniser's word, with optional times in seconds on the recogniser's clock."""
+    """A recogniser's word, with optional times in seconds on the recogniser's clock, and what the
+    recogniser heard at its end (``cues``: streampunct's own front end gives them)."""
 
     text: str
     start: float | None = None
     end: float | None = None
+    cues: Cues | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):

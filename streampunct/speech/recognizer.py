@@ -74,10 +74,12 @@ import numpy as np
 
 from ..errors import StreamPunctError
 from ..options import RecognizerOptions
-from ..types import SAMPLE_RATE, Word
+from ..types import SAMPLE_RATE, Cues, Word
 from .agreement import LocalAgreement
 from .alignatt import AlignAtt
 from .guards import loop_cut, runaway_cut
+from .marks import MarkTokens, attach, listening, word_marks
+from .voice import Voice
 from .whisper import encoder_window, is_silence
 
 __all__ = [
@@ -158,6 +160,7 @@ class StreamingRecognizer:
         self._anchor: float | None = None  # real time minus stream time, at the latest chunk's end
         self._passes: deque[Pass] = deque()  # the compute ratio's window
         self.guarded: Counter[str] = Counter()  # passes cut by each guard (loop, runaway)
+        self.voice = Voice()  # the speaker's pitch level, for the prosody of word ends (cues)
 
     @property
     def processed_until(self) -> float:
@@ -209,6 +212,7 @@ class StreamingRecognizer:
         pause = guard is None and self._ends_in_silence(words)
         if pause or guard is not None:
             committed += self.policy.settle()
+        committed = self._voiced(committed)
         stats = Pass(seconds, len(self.audio) / SAMPLE_RATE, new / SAMPLE_RATE, pause, guard)
         self._count(stats)
         if guard is not None:
@@ -278,7 +282,7 @@ class StreamingRecognizer:
         report the skip at once."""
         if self.options.max_lag_s is None or self.lag(now) <= self.options.max_lag_s:
             return None
-        committed = self.policy.settle()
+        committed = self._voiced(self.policy.settle())
         start = self.processed_until
         samples = round((self._due_until(now) - self.options.resume_s - start) * SAMPLE_RATE)  # < unprocessed
         waiting = np.concatenate(self.waiting)[samples:]
@@ -300,7 +304,21 @@ class StreamingRecognizer:
         """End of audio: transcribe what is left and commit all of it."""
         self._take(self.unprocessed)
         rest = self.policy.update(*self._transcribe()) if len(self.audio) else []
-        return rest + self.policy.settle()
+        return self._voiced(rest + self.policy.settle())
+
+    def _voiced(self, committed: list[Word]) -> list[Word]:
+        """With ``cues``: the committed words with the prosody of their ends, read from the buffer
+        before it is trimmed (the word after each: the next committed or provisional one)."""
+        if not self.options.cues or not committed:
+            return committed
+        following = committed + self.policy.pending()
+        out = []
+        for i, w in enumerate(committed):
+            voice = self.voice.at_word_end(
+                self.audio, self.offset, w, following[i + 1] if i + 1 < len(following) else None
+            )
+            out.append(w if voice is None else replace(w, cues=replace(w.cues or Cues(), voice=voice)))
+        return out
 
     def _due_until(self, now: float | None) -> float:
         if now is None or self._anchor is None:
@@ -335,7 +353,7 @@ class StreamingRecognizer:
                 self.model, self.audio, self.offset, window, max_tokens, prompt, self.options.beam_size
             )
         words, probabilities = [], []
-        with encoder_window(self.model, window):
+        with encoder_window(self.model, window), listening(self.model, self.options.cues) as decodes:
             segments, _ = self.model.transcribe(
                 self.audio,
                 language=self.options.language,
@@ -352,6 +370,9 @@ class StreamingRecognizer:
                     if w.word.strip():
                         words.append(Word(w.word.strip(), self.offset + w.start, self.offset + w.end))
                         probabilities.append(w.probability)
+        if self.options.cues:
+            tokenizer, tokens = _mark_tokens(self.model)
+            words = attach(words, [m for d in decodes for m in word_marks(tokenizer, tokens, *d)])
         return words, probabilities
 
     def _sentence_end(self) -> float:
@@ -387,6 +408,19 @@ class StreamingRecognizer:
         self.policy.forget_before(cut)
         self.audio = self.audio[samples:]
         self.offset += samples / SAMPLE_RATE  # exact: whole samples, no drift
+
+
+def _mark_tokens(model: Any) -> tuple[Any, MarkTokens]:
+    """The tokenizer of a faster-whisper model and its marks' tokens, made once per model."""
+    cached = getattr(model, "_streampunct_marks", None)
+    if cached is None:
+        from faster_whisper.tokenizer import Tokenizer
+
+        tokenizer = Tokenizer(
+            model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language="en"
+        )
+        cached = model._streampunct_marks = (tokenizer, MarkTokens.of(tokenizer))
+    return cached
 
 
 # A committed word Whisper wrote with one of these closes a sentence: the buffer is trimmed there.

@@ -1,0 +1,164 @@
+"""Hearing where a sentence ends: one fusion of the text model's decision with what the recogniser
+heard at the word's end.
+
+A listener hears a sentence end in more than the words: the speaker pauses, the pitch falls and
+resets, the last syllable is drawn out, and the recogniser itself, which heard all of it, has a
+belief about the mark after each word. :class:`SpeechFusion` reads, for a word's last token:
+
+- the text model's decision (its log probabilities at the decision's lookahead) and the pause
+  fusion's (:class:`~streampunct.prosody.PauseFusion`: the pauses, the marks the recogniser wrote);
+- the pause after the word, as far as the decision may see it;
+- the recogniser's mark probabilities (:attr:`Cues.marks <streampunct.types.Cues>`,
+  :mod:`streampunct.speech.marks`) and the voice at the word's end (:attr:`Cues.voice`,
+  :mod:`streampunct.speech.voice`), each with a flag saying whether it is there;
+
+and gives the decision's logits by a multinomial logistic model, one per decision slot: nothing
+ahead (k=0), one word ahead, two or more (and offline), and a word decided at its time limit. It
+is small (about 100 weights a slot), so that it is fitted on recognised human speech itself
+(``streampunct fit-hearing``, :mod:`streampunct.training.hearing`) rather than on text given
+synthetic times. A word whose audio gave no pitch or no decoder score has zeros and a flag of 0
+there and is decided on the evidence that remains (the fit drops each source at random so that
+every subset is learnt); a word with no cues at all (words from another recogniser, without
+audio) keeps the pause fusion's decision.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .errors import CheckpointError
+from .types import Cues
+
+__all__ = ["SpeechFusion", "SLOTS", "slot_of", "inputs", "INPUTS", "MARK_INPUTS", "VOICE_INPUTS"]
+
+SLOTS = ("k=0", "k=1", "k>=2", "time limit")
+N_LABELS = 4
+MARK_INPUTS = 6  # there, then log P of COMMA, PERIOD, QUESTION, a segment's end, going on
+VOICE_INPUTS = 8  # there, then the voice's features (streampunct.speech.voice)
+INPUTS = 2 * N_LABELS + 2 + MARK_INPUTS + VOICE_INPUTS
+FLOOR = 1e-4  # probabilities under this read as this
+
+
+def slot_of(ahead: int | None, deadline: bool) -> int:
+    """A decision's slot: by the words it sees ahead (None: offline), or decided at its time limit."""
+    if deadline:
+        return 3
+    return 2 if ahead is None else min(ahead, 2)
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    z = x - x.max()
+    return z - math.log(float(np.exp(z).sum()))
+
+
+def inputs(
+    text: np.ndarray, fused: np.ndarray, pause: Sequence[float] | None, cues: Cues, voice_size: int
+) -> np.ndarray:
+    """One decision's inputs: the text model's and the pause fusion's log probabilities (N_LABELS
+    each), whether the pause after the word is known and its log-scaled length (the first two of
+    ``prosody.pause_features``), the marks (flag, five log probabilities) and the voice (flag,
+    its features; zeros where a source is missing)."""
+    x = np.zeros(INPUTS, dtype=np.float32)
+    x[:N_LABELS] = _log_softmax(text.astype(np.float64))
+    x[N_LABELS : 2 * N_LABELS] = _log_softmax(fused.astype(np.float64))
+    if pause is not None:
+        x[8:10] = pause[:2]
+    if cues.marks is not None and len(cues.marks) == MARK_INPUTS - 2:
+        p = [*cues.marks, 1.0 - sum(cues.marks)]
+        x[10] = 1.0
+        x[11:16] = [math.log(max(FLOOR, v)) for v in p]
+    if cues.voice is not None and len(cues.voice) == voice_size:
+        x[16] = 1.0
+        x[17 : 17 + voice_size] = cues.voice
+    return x
+
+
+class SpeechFusion:
+    """``logits = inputs @ weights[slot] + bias[slot] + offsets[slot]`` (module docstring).
+    ``offsets`` are the decision offsets tuned for micro-F1 after the fit. ``trace``: while a dict,
+    each call records its inputs and slot there under the id of the word's cues and returns the
+    pause fusion's logits unchanged (what the fit reads)."""
+
+    def __init__(
+        self,
+        weights: np.ndarray | None = None,
+        bias: np.ndarray | None = None,
+        offsets: np.ndarray | None = None,
+        voice_size: int = VOICE_INPUTS - 1,
+        report: dict | None = None,
+    ):
+        self.weights = np.zeros((len(SLOTS), INPUTS, N_LABELS)) if weights is None else weights
+        self.bias = np.zeros((len(SLOTS), N_LABELS)) if bias is None else bias
+        self.offsets = np.zeros((len(SLOTS), N_LABELS)) if offsets is None else offsets
+        self.voice_size = voice_size
+        self.report = report or {}
+        self.trace: dict[int, tuple[np.ndarray, int]] | None = None
+
+    @staticmethod
+    def identity() -> SpeechFusion:
+        """The fusion that gives the pause fusion's decision back (where a fit starts)."""
+        fusion = SpeechFusion()
+        for s in range(len(SLOTS)):
+            fusion.weights[s, N_LABELS : 2 * N_LABELS] = np.eye(N_LABELS)
+        return fusion
+
+    def logits(self, x: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """(N, INPUTS) inputs and (N,) slots -> (N, N_LABELS) logits, offsets included."""
+        return np.einsum("ni,nil->nl", x, self.weights[slots]) + self.bias[slots] + self.offsets[slots]
+
+    def decide(
+        self,
+        text: np.ndarray,
+        fused: np.ndarray,
+        pause: Sequence[float] | None,
+        cues: Cues,
+        ahead: int | None,
+        deadline: bool,
+    ) -> np.ndarray:
+        """One decision's logits (N_LABELS,) from the text model's and the pause fusion's."""
+        x, slot = inputs(text, fused, pause, cues, self.voice_size), slot_of(ahead, deadline)
+        if self.trace is not None:
+            self.trace[id(cues)] = (x, slot)
+            return fused
+        return self.logits(x[None], np.array([slot]))[0]
+
+    # --- a checkpoint's hearing.json ----------------------------------------------------------
+
+    def save(self, path: str | Path) -> None:
+        data = {
+            "slots": list(SLOTS),
+            "inputs": INPUTS,
+            "voice_size": self.voice_size,
+            "weights": np.round(self.weights, 6).tolist(),
+            "bias": np.round(self.bias, 6).tolist(),
+            "offsets": np.round(self.offsets, 6).tolist(),
+            "report": self.report,
+        }
+        Path(path).write_text(json.dumps(data, indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> SpeechFusion:
+        try:
+            data = json.loads(Path(path).read_text())
+            fusion = cls(
+                np.array(data["weights"], dtype=np.float64),
+                np.array(data["bias"], dtype=np.float64),
+                np.array(data["offsets"], dtype=np.float64),
+                int(data["voice_size"]),
+                data.get("report"),
+            )
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(f"cannot read {path}: {e}") from e
+        shape = (len(SLOTS), INPUTS, N_LABELS)
+        if (
+            fusion.weights.shape != shape
+            or fusion.bias.shape != shape[::2]
+            or fusion.offsets.shape != shape[::2]
+        ):
+            raise CheckpointError(f"{path}: weights of shape {fusion.weights.shape}, not {shape}")
+        return fusion

@@ -1,0 +1,276 @@
+"""Fitting the fusion with what was heard (:class:`~streampunct.hearing.SpeechFusion`) on recorded
+recognised speech, and what it is worth there, left out per recording.
+
+A recording is the calls the caption pipeline made on the punctuation stream
+(:func:`streampunct.pipeline.call_to_json`: the committed words with their times and cues, the
+provisional words, the pause clock), and its punctuated reference. Each recording runs through a
+stream as the server runs it, at each lookahead, with the fusion tracing (``SpeechFusion.trace``):
+every word's final decision gives its inputs and slot, and the reference's mark moved onto it
+(:func:`streampunct.scoring.compare`) its label. The decisions are the stream's own, made where
+the stream makes them: nothing is recomputed beside it.
+
+Per slot, a multinomial logistic model is fitted by L-BFGS with an L2 penalty that pulls it
+towards the pause fusion's decision (the identity: with little data it stays there), on the rows
+and on copies of them with the recogniser's marks, the voice, or both taken away (so that a word
+missing either is decided on what remains); then each slot's decision offsets are tuned for
+micro-F1 (:func:`~streampunct.training.calibrate.tune_offsets`). Left out: each recording is
+decided by a fusion fitted on the others, and scored as a stream's words are
+(:func:`left_out`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..hearing import INPUTS, N_LABELS, SLOTS, SpeechFusion
+from ..pipeline import calls_from_json
+from ..scoring import compare, metrics, pool, reference, word_tokens
+from ..stream import Push
+from ..text import LABELS, normalize
+from ..types import Word
+from .calibrate import tune_offsets
+
+__all__ = ["Traced", "trace", "Rows", "rows_of", "fit", "decide", "left_out", "BLOCKS"]
+
+# The inputs of each evidence source (hearing.inputs' layout), for the ablation and the dropout.
+BLOCKS: dict[str, slice] = {
+    "text": slice(0, 4),
+    "pause fusion": slice(4, 8),
+    "pause": slice(8, 10),
+    "marks": slice(10, 16),
+    "voice": slice(16, INPUTS),
+}
+LABEL_ID = {label: i for i, label in enumerate(LABELS)}
+
+
+@dataclass
+class Traced:
+    """One recording through one stream: its words, each one's final label, the reference's mark
+    on each (moved onto the recognised words), and the traced final decision of each word the
+    fusion decides (word index -> inputs, slot)."""
+
+    words: list[str]
+    labels: list[str]
+    gold: list[str]
+    rows: dict[int, tuple[np.ndarray, int]] = field(default_factory=dict)
+
+
+def trace(p: Any, text: str, records: Sequence[dict], lookahead: int, max_delay_ms: float | None) -> Traced:
+    """``records`` (one recording's calls) through a fresh stream of ``p`` (a Punctuator whose model
+    has pause fusion) at ``lookahead``, the fusion tracing; ``text``: the punctuated reference."""
+    model = p.model
+    saved, model.hearing = model.hearing, SpeechFusion.identity()
+    model.hearing.trace = {}
+    try:
+        stream = p.stream(lookahead, max_delay_ms)
+        words: list[Word] = []
+        final: dict[int, str] = {}
+        for call in calls_from_json(records):
+            if isinstance(call, Push):
+                words += [w if isinstance(w, Word) else Word(w) for w in call.words]
+            final.update((e.index, e.label) for e in stream.run(call) if e.final)
+        traced = model.hearing.trace
+    finally:
+        model.hearing = saved
+    texts = [w.text for w in words]
+    labels = [final[i] for i in range(len(words))]
+    gold = gold_labels(text, texts)
+    rows = {i: traced[id(w.cues)] for i, w in enumerate(words) if w.cues is not None and id(w.cues) in traced}
+    return Traced(texts, labels, gold, rows)
+
+
+def gold_labels(text: str, words: Sequence[str]) -> list[str]:
+    """The reference's mark after each recognised word (on its last token; O for a word without one)."""
+    tokens, _ = word_tokens(words, ["O"] * len(words))
+    moved = compare(*reference(text), tokens, ["O"] * len(tokens))["ref"]
+    out, last = [], -1
+    for w in words:
+        n = len(normalize(w))
+        last += n
+        out.append(moved[last] if n else "O")
+    return out
+
+
+@dataclass
+class Rows:
+    """The traced decisions of many recordings and lookaheads, as arrays."""
+
+    x: np.ndarray  # (N, INPUTS)
+    slot: np.ndarray  # (N,)
+    gold: np.ndarray  # (N,) label ids
+    recording: np.ndarray  # (N,)
+
+
+def rows_of(traced: Sequence[tuple[int, Traced]]) -> Rows:
+    """(recording index, traced run) pairs -> their decisions as arrays."""
+    x, slot, gold, rec = [], [], [], []
+    for n, t in traced:
+        for i, (inputs, s) in sorted(t.rows.items()):
+            x.append(inputs)
+            slot.append(s)
+            gold.append(LABEL_ID[t.gold[i]])
+            rec.append(n)
+    return Rows(np.stack(x), np.array(slot), np.array(gold), np.array(rec))
+
+
+def _without(x: np.ndarray, blocks: Sequence[str]) -> np.ndarray:
+    x = x.copy()
+    for b in blocks:
+        x[:, BLOCKS[b]] = 0.0
+    return x
+
+
+def fit(
+    rows: Rows,
+    keep: np.ndarray | None = None,
+    l2: float = 1.0,
+    drop: Sequence[str] = (),
+    tune: bool = True,
+) -> SpeechFusion:
+    """A fusion fitted on ``rows`` (those where ``keep``), with the input blocks ``drop`` left out
+    (the ablation): per slot, L2 towards the identity, the rows doubled by copies without the
+    marks, without the voice and without both (a third of the weight each); then the offsets."""
+    fusion = SpeechFusion.identity()
+    keep = np.ones(len(rows.gold), dtype=bool) if keep is None else keep
+    x_all = _without(rows.x, drop)
+    for s in range(len(SLOTS)):
+        mask = keep & (rows.slot == s)
+        if mask.sum() < 50 or len(set(rows.gold[mask].tolist())) < 2:
+            continue  # too few decisions: the identity
+        x = x_all[mask]
+        copies = [x, _without(x, ["marks"]), _without(x, ["voice"]), _without(x, ["marks", "voice"])]
+        weight = np.concatenate([np.ones(len(x))] + [np.full(len(x), 1 / 3)] * 3)
+        w, b = _logistic(
+            np.concatenate(copies), np.tile(rows.gold[mask], 4), weight, fusion.weights[s], l2 / len(x)
+        )
+        fusion.weights[s], fusion.bias[s] = w, b
+        if tune:
+            logits = torch.tensor(fusion.logits(x, np.full(len(x), s)))
+            fusion.offsets[s] = tune_offsets(logits, torch.tensor(rows.gold[mask]))[0]
+    for b_ in drop:  # a dropped block reads nothing
+        fusion.weights[:, BLOCKS[b_]] = 0.0
+    return fusion
+
+
+def _logistic(
+    x: np.ndarray, y: np.ndarray, weight: np.ndarray, prior: np.ndarray, l2: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted multinomial logistic regression by L-BFGS, L2 towards ``prior``: weights, bias."""
+    xs, ys, ws = (torch.tensor(a) for a in (x.astype(np.float64), y, weight))
+    p = torch.tensor(prior)
+    w = p.clone().requires_grad_(True)
+    b = torch.zeros(N_LABELS, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([w, b], max_iter=200, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        nll = torch.nn.functional.cross_entropy(xs @ w + b, ys, reduction="none")
+        loss = (nll * ws).sum() / ws.sum() + l2 * ((w - p) ** 2).sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return w.detach().numpy(), b.detach().numpy()
+
+
+def decide(fusion: SpeechFusion, t: Traced) -> list[str]:
+    """A traced run's final labels with ``fusion`` deciding the words it decides (the others as
+    the stream decided them)."""
+    labels = list(t.labels)
+    if t.rows:
+        idx = sorted(t.rows)
+        x = np.stack([t.rows[i][0] for i in idx])
+        slots = np.array([t.rows[i][1] for i in idx])
+        for i, label in zip(idx, fusion.logits(x, slots).argmax(-1)):
+            labels[i] = LABELS[label]
+    return labels
+
+
+def left_out(
+    traced: dict[tuple[int, int], Traced], texts: Sequence[str], l2: float = 1.0, drop: Sequence[str] = ()
+) -> dict[int, dict[int, list[str]]]:
+    """Each recording's labels at each lookahead, decided by a fusion fitted on the other
+    recordings (``traced``: (recording, lookahead) -> run)."""
+    recordings = sorted({n for n, _ in traced})
+    everything = rows_of([(n, t) for (n, _), t in traced.items()])
+    out: dict[int, dict[int, list[str]]] = {}
+    for n in recordings:
+        fusion = fit(everything, everything.recording != n, l2, drop)
+        out[n] = {k: decide(fusion, t) for (m, k), t in traced.items() if m == n}
+    return out
+
+
+def micro_f1_of(runs: Sequence[tuple[Sequence[str], Sequence[str], str]]) -> dict[str, Any]:
+    """Pooled IWSLT metrics of (words, labels, reference text) runs."""
+    parts = []
+    for words, labels, text in runs:
+        tokens, hyp = word_tokens(words, labels)
+        parts.append(compare(*reference(text), tokens, hyp))
+    return metrics(pool(parts))
+
+
+def trace_all(
+    p: Any,
+    recordings: Sequence[tuple[str, str, Sequence[dict]]],
+    lookaheads: Sequence[int],
+    max_delay_ms: float | None,
+) -> dict[tuple[int, int], Traced]:
+    """Every one of ``recordings`` ((name, punctuated reference, calls)) traced at each lookahead."""
+    return {
+        (n, k): trace(p, text, calls, k, max_delay_ms)
+        for n, (_, text, calls) in enumerate(recordings)
+        for k in lookaheads
+    }
+
+
+def fit_hearing(
+    traced: dict[tuple[int, int], Traced],
+    recordings: Sequence[tuple[str, str, Sequence[dict]]],
+    l2: float = 10.0,
+    log=print,
+) -> tuple[SpeechFusion, dict[str, Any]]:
+    """The fusion fitted on every one of ``recordings`` ((name, punctuated reference, calls)),
+    traced (:func:`trace_all`), and its report: per lookahead, micro-F1 of the stream as it was
+    (the pause fusion) and with the fusion, each recording decided by a fusion fitted on the others
+    (left out), pooled and per recording; and the ablation at the largest lookahead, each evidence
+    source left out in turn (left out per recording too)."""
+    lookaheads = sorted({k for _, k in traced})
+    texts = [text for _, text, _ in recordings]
+    names = [name for name, _, _ in recordings]
+    everything = rows_of([(n, t) for (n, _), t in traced.items()])
+
+    def scored(labels: dict[int, dict[int, list[str]]], k: int) -> dict[str, Any]:
+        runs = {n: (traced[n, k].words, labels[n][k], texts[n]) for n in range(len(recordings))}
+        return {
+            "micro_f1": micro_f1_of(list(runs.values()))["micro_f1"],
+            "per_recording": {names[n]: micro_f1_of([r])["micro_f1"] for n, r in runs.items()},
+        }
+
+    before = {n: {k: traced[n, k].labels for k in lookaheads} for n in range(len(recordings))}
+    after = left_out(traced, texts, l2)
+    slots, counts = np.unique(everything.slot, return_counts=True)
+    report: dict[str, Any] = {
+        "recordings": names,
+        "lookaheads": lookaheads,
+        "l2": l2,
+        "decisions": {SLOTS[s]: int(c) for s, c in zip(slots, counts)},
+    }
+    for k in lookaheads:
+        b, a = scored(before, k), scored(after, k)
+        report[f"k={k}"] = {"pause_fusion": b, "left_out": a}
+        log(
+            f"k={k}: micro-F1 {b['micro_f1']} (pause fusion) -> {a['micro_f1']} (with what was heard, left out)"
+        )
+    k = max(lookaheads)
+    report["ablation"] = {}
+    for block in BLOCKS:
+        a = scored(left_out(traced, texts, l2, drop=[block]), k)
+        report["ablation"][block] = a
+        log(f"k={k} without {block}: {a['micro_f1']} (left out)")
+    fusion = fit(everything, None, l2)
+    fusion.report = report
+    return fusion, report
