@@ -87,13 +87,15 @@ Paired bootstrap, per speech set: ``--paired-system`` (default: streampunct's de
 k=2 on the streamed words with pauses and the recogniser's marks, as the server runs it) against
 Whisper base's and tiny.en's own offline punctuation, and against the streamed Whisper's own marks
 on the very same words (what a whisper_streaming user reads today: the one comparison where the
-words do not differ). Each recording's reference tokens are cut
+words do not differ), and against itself without what the recogniser heard (``heard=off``: the
+words' cues left out, for a checkpoint with ``hearing.json``). Each recording's reference tokens are cut
 into consecutive units of ``--unit-tokens`` (60); through the alignment :func:`compare` returns,
 each system's word errors, reference tokens and per-class true positives, false positives and
 misses (``streampunct.metrics.count``) go to the unit of the reference token they are aligned to
 (an inserted token's to the unit of the reference token before it; a deleted token's mark, moved
-onto the hypothesis token before it, to that token's unit). Resampling the units, the same
-for both systems (``--draws`` 10000, seed 0), gives the difference in micro-F1 and WER with its
+onto the hypothesis token before it, to that token's unit). Resampling the recordings, then the
+units inside each (two levels: recordings differ by more than units do), the same for both
+systems (``--draws`` 10000, seed 0), gives the difference in micro-F1 and WER with its
 95% interval and the share of resamples in which streampunct is worse
 (``streampunct.scoring.paired``). Marks lost before the first hypothesis token count in neither,
 as in the table.
@@ -617,7 +619,8 @@ def systems_for(
                     off = {**systems[-1], "name": name + " marks=off", "marks": False}
                     on = {**systems[-1], "name": name + " marks=on", "marks": True}
                     systems[-1:] = {"both": [off, on], "on": [on], "off": [off]}[marks]
-                if pz and getattr(p.model, "hearing", None) is not None:  # the same, not hearing
+                # the same without what the recogniser heard (only streamed words carry it)
+                if pz and words == "streamed" and getattr(p.model, "hearing", None) is not None:
                     systems.insert(
                         -1, {**systems[-1], "name": systems[-1]["name"] + " heard=off", "heard": False}
                     )
@@ -838,7 +841,9 @@ def score_cmd(args) -> None:
     against = [
         s["name"]
         for s in systems
-        if s["kind"] == "whisper_streamed" or (s["kind"] == "whisper_offline" and s["asr"] in OFFLINE_ASR)
+        if s["kind"] == "whisper_streamed"
+        or (s["kind"] == "whisper_offline" and s["asr"] in OFFLINE_ASR)
+        or s.get("heard") is False  # the same stream without what the recogniser heard
     ]
     boot = (
         bootstrap(recordings, compared, paired_system, against, args.unit_tokens, args.draws, BOOTSTRAP_SEED)

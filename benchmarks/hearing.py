@@ -3,13 +3,13 @@
     python benchmarks/hearing.py --cache ../e2e_cache [--model default] [--write-checkpoint DIR]
 
 The speech dev recordings of ``benchmarks/e2e.py record`` (their calls carry each word's cues:
-the decoder's mark probabilities and the voice) run through streams of ``--model`` at k = 0, 1
+the decoder's mark probabilities) run through streams of ``--model`` at k = 0, 1
 and 2 with the clients' time limit, as the server runs them, and
 :func:`streampunct.training.hearing.fit_hearing` fits :class:`~streampunct.hearing.SpeechFusion`
 on them: every figure is each recording decided by a fusion fitted on the other three. Then:
 
 - the ablation at k=2: each evidence source (the text model, the pause fusion, the pause, the
-  decoder's marks, the voice) left out of the fit in turn;
+  decoder's marks) left out of the fit in turn;
 - turn ends: the fused decision forced to a sentence end (PERIOD, unless it is a QUESTION) where
   the pause after the word reaches 1, 2 or 3 s, or where the decoder's segment end passes 0.5;
 - two-level bootstrap intervals (recordings, then 60-token units inside them) of the fused

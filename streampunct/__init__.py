@@ -16,7 +16,7 @@ from .errors import (
 )
 from .metrics import Report, score
 from .text import LABELS, normalize, read_iwslt, render
-from .types import PunctEvent, Word
+from .types import Cues, PunctEvent, Word
 
 if TYPE_CHECKING:
     from .punctuator import Punctuator
@@ -26,6 +26,7 @@ __all__ = [
     "Punctuator",
     "PunctStream",
     "Word",
+    "Cues",
     "PunctEvent",
     "LABELS",
     "normalize",

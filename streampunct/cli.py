@@ -417,7 +417,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     speech.add_argument(
         "--hearing",
         action="store_true",
-        help="instead, fit the fusion with what the recogniser heard (its mark probabilities, the voice) "
+        help="instead, fit the fusion with what the recogniser heard (its decoder's mark probabilities) "
         "on them, with --lookaheads 0 1 2, and write hearing.json (streampunct/hearing.py)",
     )
     speech.add_argument(

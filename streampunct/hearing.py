@@ -1,25 +1,25 @@
 """Hearing where a sentence ends: one fusion of the text model's decision with what the recogniser
 heard at the word's end.
 
-A listener hears a sentence end in more than the words: the speaker pauses, the pitch falls and
-resets, the last syllable is drawn out, and the recogniser itself, which heard all of it, has a
-belief about the mark after each word. :class:`SpeechFusion` reads, for a word's last token:
+The recogniser heard the whole of a word's end, the pause and what came after as far as its
+buffer reaches, and its decoder has a belief about the mark after each word, of which the mark
+it wrote is one bit. :class:`SpeechFusion` reads, for a word's last token:
 
 - the text model's decision (its log probabilities at the decision's lookahead) and the pause
   fusion's (:class:`~streampunct.prosody.PauseFusion`: the pauses, the marks the recogniser wrote);
 - the pause after the word, as far as the decision may see it;
 - the recogniser's mark probabilities (:attr:`Cues.marks <streampunct.types.Cues>`,
-  :mod:`streampunct.speech.marks`) and the voice at the word's end (:attr:`Cues.voice`,
-  :mod:`streampunct.speech.voice`), each with a flag saying whether it is there;
+  :mod:`streampunct.speech.marks`), with a flag saying whether they are there;
 
 and gives the decision's logits by a multinomial logistic model, one per decision slot: nothing
 ahead (k=0), one word ahead, two or more (and offline), and a word decided at its time limit. It
-is small (about 100 weights a slot), so that it is fitted on recognised human speech itself
-(``streampunct fit-hearing``, :mod:`streampunct.training.hearing`) rather than on text given
-synthetic times. A word whose audio gave no pitch or no decoder score has zeros and a flag of 0
-there and is decided on the evidence that remains (the fit drops each source at random so that
-every subset is learnt); a word with no cues at all (words from another recogniser, without
-audio) keeps the pause fusion's decision.
+is small (68 weights a slot), so that it is fitted on recognised human speech itself
+(``streampunct calibrate --speech ... --hearing``, :mod:`streampunct.training.hearing`) rather
+than on text given synthetic times. A word without a decoder score has zeros and a flag of 0
+there and is decided on the rest (the fit learns that case from copies of its rows without the
+scores); a word with no cues at all (words from another recogniser) keeps the pause fusion's
+decision. The voice at the word's end (pitch slope and reset, energy, lengthening) was measured
+as a third source and did not pay on speech dev (docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -34,13 +34,12 @@ import numpy as np
 from .errors import CheckpointError
 from .types import Cues
 
-__all__ = ["SpeechFusion", "SLOTS", "slot_of", "inputs", "INPUTS", "MARK_INPUTS", "VOICE_INPUTS"]
+__all__ = ["SpeechFusion", "SLOTS", "slot_of", "inputs", "INPUTS", "MARK_INPUTS"]
 
 SLOTS = ("k=0", "k=1", "k>=2", "time limit")
 N_LABELS = 4
 MARK_INPUTS = 6  # there, then log P of COMMA, PERIOD, QUESTION, a segment's end, going on
-VOICE_INPUTS = 8  # there, then the voice's features (streampunct.speech.voice)
-INPUTS = 2 * N_LABELS + 2 + MARK_INPUTS + VOICE_INPUTS
+INPUTS = 2 * N_LABELS + 2 + MARK_INPUTS
 FLOOR = 1e-4  # probabilities under this read as this
 
 
@@ -56,13 +55,11 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
     return z - math.log(float(np.exp(z).sum()))
 
 
-def inputs(
-    text: np.ndarray, fused: np.ndarray, pause: Sequence[float] | None, cues: Cues, voice_size: int
-) -> np.ndarray:
+def inputs(text: np.ndarray, fused: np.ndarray, pause: Sequence[float] | None, cues: Cues) -> np.ndarray:
     """One decision's inputs: the text model's and the pause fusion's log probabilities (N_LABELS
     each), whether the pause after the word is known and its log-scaled length (the first two of
-    ``prosody.pause_features``), the marks (flag, five log probabilities) and the voice (flag,
-    its features; zeros where a source is missing)."""
+    ``prosody.pause_features``), and the marks (a flag, then five log probabilities; zeros where
+    the word has none)."""
     x = np.zeros(INPUTS, dtype=np.float32)
     x[:N_LABELS] = _log_softmax(text.astype(np.float64))
     x[N_LABELS : 2 * N_LABELS] = _log_softmax(fused.astype(np.float64))
@@ -72,9 +69,6 @@ def inputs(
         p = [*cues.marks, 1.0 - sum(cues.marks)]
         x[10] = 1.0
         x[11:16] = [math.log(max(FLOOR, v)) for v in p]
-    if cues.voice is not None and len(cues.voice) == voice_size:
-        x[16] = 1.0
-        x[17 : 17 + voice_size] = cues.voice
     return x
 
 
@@ -89,13 +83,11 @@ class SpeechFusion:
         weights: np.ndarray | None = None,
         bias: np.ndarray | None = None,
         offsets: np.ndarray | None = None,
-        voice_size: int = VOICE_INPUTS - 1,
         report: dict | None = None,
     ):
         self.weights = np.zeros((len(SLOTS), INPUTS, N_LABELS)) if weights is None else weights
         self.bias = np.zeros((len(SLOTS), N_LABELS)) if bias is None else bias
         self.offsets = np.zeros((len(SLOTS), N_LABELS)) if offsets is None else offsets
-        self.voice_size = voice_size
         self.report = report or {}
         self.trace: dict[int, tuple[np.ndarray, int]] | None = None
 
@@ -121,7 +113,7 @@ class SpeechFusion:
         deadline: bool,
     ) -> np.ndarray:
         """One decision's logits (N_LABELS,) from the text model's and the pause fusion's."""
-        x, slot = inputs(text, fused, pause, cues, self.voice_size), slot_of(ahead, deadline)
+        x, slot = inputs(text, fused, pause, cues), slot_of(ahead, deadline)
         if self.trace is not None:
             self.trace[id(cues)] = (x, slot)
             return fused
@@ -133,7 +125,6 @@ class SpeechFusion:
         data = {
             "slots": list(SLOTS),
             "inputs": INPUTS,
-            "voice_size": self.voice_size,
             "weights": np.round(self.weights, 6).tolist(),
             "bias": np.round(self.bias, 6).tolist(),
             "offsets": np.round(self.offsets, 6).tolist(),
@@ -149,7 +140,6 @@ class SpeechFusion:
                 np.array(data["weights"], dtype=np.float64),
                 np.array(data["bias"], dtype=np.float64),
                 np.array(data["offsets"], dtype=np.float64),
-                int(data["voice_size"]),
                 data.get("report"),
             )
         except (OSError, ValueError, KeyError, TypeError) as e:

@@ -435,9 +435,14 @@ class PunctModel(Encoder):
         if self.hearing is None or cues is None:
             return fused
         heard = self.hearing.decide(
-            logits.float().numpy(), fused.float().numpy(), features, cues, ahead, silence
+            logits.detach().float().cpu().numpy(),
+            fused.detach().float().cpu().numpy(),
+            features,
+            cues,
+            ahead,
+            silence,
         )
-        return torch.from_numpy(np.asarray(heard, dtype=np.float32))
+        return torch.from_numpy(np.asarray(heard, dtype=np.float32)).to(logits.device)
 
     def set_label_bias(
         self,

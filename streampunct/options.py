@@ -98,8 +98,8 @@ class RecognizerOptions:
         "or AlignAtt (one pass, by where the decoder's attention reads)",
         "frame_threshold_s": "with commit alignatt: a token read within this much (s) of the end of the "
         "audio heard, and the words from it on, wait for the next pass",
-        "cues": "give each word the probabilities Whisper's decoder gave to each mark after it, and the "
-        "prosody of its end, as evidence for the punctuator",
+        "cues": "give each word the probabilities Whisper's decoder gave to each mark after it, as "
+        "evidence for the punctuator",
     }
 
     def __post_init__(self) -> None:

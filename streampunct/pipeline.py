@@ -266,7 +266,7 @@ def recorded_words(words: Sequence[dict[str, Any]], marks: bool = True, cues: bo
             w["text"] if marks else without_mark(w["text"]),
             w["start"],
             w["end"],
-            Cues(**{k: tuple(v) for k, v in w["cues"].items()}) if cues and "cues" in w else None,
+            Cues(tuple(w["cues"]["marks"])) if cues and "marks" in w.get("cues", {}) else None,
         )
         for w in words
     ]

@@ -44,7 +44,7 @@ def check_lookahead(lookahead: object, offline: bool = True) -> None:
         )
 
 
-def _seconds(value: object) -> bool:
+def _finite(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
@@ -52,11 +52,23 @@ def _seconds(value: object) -> bool:
 class Cues:
     """What a recogniser heard at a word's end besides the word: ``marks``, the probabilities its
     decoder gave to COMMA, PERIOD, QUESTION and a segment's end after the word
-    (:mod:`streampunct.speech.marks`), and ``voice``, the prosody of the word's end
-    (:mod:`streampunct.speech.voice`); None where it has none."""
+    (:mod:`streampunct.speech.marks`); None where it has none."""
 
     marks: tuple[float, ...] | None = None
-    voice: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        m = self.marks
+        if m is not None and (
+            not isinstance(m, tuple)
+            or len(m) != 4
+            or not all(_finite(p) and 0.0 <= p <= 1.0 for p in m)
+            or sum(m) > 1.0 + 1e-3
+        ):
+            raise InputError(
+                f"cues.marks must be 4 probabilities (COMMA, PERIOD, QUESTION, segment end) summing to at most 1, got {m!r}"[
+                    :200
+                ]
+            )
 
 
 @dataclass(frozen=True)
@@ -74,7 +86,7 @@ class Word:
             raise InputError(f"word text must be a string, got {type(self.text).__name__}")
         for name in ("start", "end"):
             value = getattr(self, name)
-            if value is not None and not _seconds(value):
+            if value is not None and not _finite(value):
                 raise InputError(
                     f"word {self.text!r}: {name} must be a finite number of seconds, got {value!r}"
                 )
@@ -111,7 +123,7 @@ class Lookahead:
 
     def __post_init__(self) -> None:
         check_lookahead(self.words, offline=False)
-        if self.max_delay_ms is not None and not (_seconds(self.max_delay_ms) and self.max_delay_ms >= 0):
+        if self.max_delay_ms is not None and not (_finite(self.max_delay_ms) and self.max_delay_ms >= 0):
             raise InputError(f"max_delay_ms must be a finite number >= 0 or None, got {self.max_delay_ms!r}")
 
     def deadline(self, word: Word) -> float | None:

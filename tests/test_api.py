@@ -8,6 +8,7 @@ def test_public_names():
             "Punctuator",
             "PunctStream",
             "Word",
+            "Cues",
             "PunctEvent",
             "LABELS",
             "normalize",

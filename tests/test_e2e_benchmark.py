@@ -287,7 +287,11 @@ def test_the_words_streampunct_punctuates_can_be_the_offline_or_the_reference_wo
         "streampunct default k=2 pauses=off, on reference words",
     ]
     only_on = systems_for({"default": p}, [2], "on", marks="on")[0]  # score --marks on
-    assert [s["name"] for s in only_on] == ["streampunct default k=2 pauses=on marks=on"]
+    # the streamed words also without what the recogniser heard, for the default's hearing.json
+    assert [s["name"] for s in only_on] == [
+        "streampunct default k=2 pauses=on marks=on heard=off",
+        "streampunct default k=2 pauses=on marks=on",
+    ]
     out = evaluate([with_offline, without], systems, {"default": p})
     words = [Word(w["text"], w["start"], w["end"]) for w in _timed(offline)]
     marks_on = out[systems[1]["name"]]

@@ -1,6 +1,5 @@
 """What the recogniser heard at a word's end as evidence: its decoder's mark probabilities read from
-the pass that runs, the fusion that decides with them and the voice, its fallbacks where evidence
-is missing, one computation for streams and predict(), and its fit on recorded speech."""
+the pass that runs, the fusion that decides with them, its fallback where they are missing, one computation for streams and predict(), and its fit on recorded speech."""
 
 from __future__ import annotations
 
@@ -18,14 +17,13 @@ from hypothesis import strategies as st
 
 from streampunct import Punctuator
 from streampunct.errors import CheckpointError
-from streampunct.hearing import INPUTS, MARK_INPUTS, SLOTS, VOICE_INPUTS, SpeechFusion, inputs, slot_of
+from streampunct.hearing import INPUTS, MARK_INPUTS, SLOTS, SpeechFusion, inputs, slot_of
 from streampunct.model import ModelConfig, PunctModel
 from streampunct.pieces import WordPieces
 from streampunct.pipeline import call_to_json, calls_from_json
 from streampunct.punctuator import DEFAULT_CHECKPOINT
 from streampunct.scoring import paired
 from streampunct.speech.marks import MarkTokens, attach, word_marks
-from streampunct.speech.voice import VOICE_FEATURES
 from streampunct.stream import Push
 from streampunct.training.hearing import BLOCKS, Rows, fit
 from streampunct.types import Cues, Word
@@ -51,12 +49,11 @@ def period_fusion() -> SpeechFusion:
     return fusion
 
 
-def heard(words: list[str], periods: set[int], voice: bool = True, marks: bool = True) -> list[Word]:
+def heard(words: list[str], periods: set[int], marks: bool = True) -> list[Word]:
     out, clock = [], 0.0
     for i, w in enumerate(words):
         p = (0.0, 0.9, 0.0, 0.05) if i in periods else (0.01, 0.01, 0.0, 0.01)
-        cues = Cues(p if marks else None, (1.0, -0.5, 0.0, 0.0, 0.0, -0.2, 0.5) if voice else None)
-        out.append(Word(w, round(clock, 3), round(clock + 0.25, 3), cues))
+        out.append(Word(w, round(clock, 3), round(clock + 0.25, 3), Cues(p if marks else None)))
         clock += 0.35
     return out
 
@@ -67,9 +64,8 @@ def with_hearing(fusion: SpeechFusion | None) -> Punctuator:
     return p
 
 
-def test_the_voice_has_the_inputs_the_fusion_reads():
-    assert VOICE_INPUTS == VOICE_FEATURES + 1
-    assert MARK_INPUTS == 6 and INPUTS == BLOCKS["voice"].stop
+def test_the_blocks_are_the_inputs_the_fusion_reads():
+    assert MARK_INPUTS == 6 and INPUTS == BLOCKS["marks"].stop == 16
 
 
 def test_the_identity_fusion_decides_as_the_pause_fusion_does():
@@ -87,37 +83,27 @@ def test_the_decoders_period_decides_and_words_without_cues_keep_todays_path():
     assert p.predict(bare, 2) == with_hearing(None).predict(bare, 2)
 
 
-@pytest.mark.parametrize("missing", ["marks", "voice", "both"])
-def test_a_word_missing_evidence_is_decided_on_what_remains(missing):
-    """No pitch (unvoiced, silence, a lost chunk) or no decoder score: zeros and a flag of 0 in
-    their place, and the decision is the fusion's on the rest."""
+def test_a_word_without_a_decoder_score_is_decided_on_the_rest():
+    """A word whose pass gave no score (a word the recogniser's alignment split otherwise, a beam
+    search, another policy): zeros and a flag of 0 in their place, and the fusion's decision on
+    the text and the pause, here the pause fusion's."""
     fusion = period_fusion()
-    fusion.weights[:, 16, 1] = 30.0  # a voiced end: COMMA, whatever else
-    words = heard(TEXT, {3}, voice=missing == "marks", marks=missing == "voice")
-    x = inputs(np.zeros(4), np.zeros(4), None, words[3].cues, VOICE_FEATURES)
-    assert x[10] == (missing == "voice") and x[16] == (missing == "marks")
-    if missing != "voice":
-        assert not x[BLOCKS["marks"]].any()
-    if missing != "marks":
-        assert not x[BLOCKS["voice"]].any()
-    labels = with_hearing(fusion).predict(words, 2)
-    today = with_hearing(None).predict(words, 2)
-    expected = {"voice": "PERIOD", "marks": "COMMA", "both": today[3]}[missing]
-    assert labels[3] == expected
-    assert all(
-        np.isfinite(fusion.decide(np.zeros(4), np.zeros(4), None, w.cues, 2, False)).all() for w in words
-    )
+    words = heard(TEXT, {3}, marks=False)
+    x = inputs(np.zeros(4), np.zeros(4), None, words[3].cues)
+    assert not x[BLOCKS["marks"]].any()
+    assert with_hearing(fusion).predict(words, 2) == with_hearing(None).predict(words, 2)
+    assert with_hearing(fusion).predict(heard(TEXT, {3}), 2)[3] == "PERIOD"
 
 
 @given(
     periods=st.sets(st.integers(0, len(TEXT) - 1)),
-    voiced=st.booleans(),
+    scored=st.booleans(),
     k=st.sampled_from([0, 1, 2, 3]),
     engine=st.sampled_from(["masked", "window"]),
 )
-def test_a_stream_decides_as_predict_does_with_what_was_heard(periods, voiced, k, engine):
+def test_a_stream_decides_as_predict_does_with_what_was_heard(periods, scored, k, engine):
     p = with_hearing(period_fusion())
-    words = heard(TEXT, periods, voice=voiced)
+    words = heard(TEXT, periods, marks=scored)
     s = p.stream(lookahead=k, engine=engine)
     finals = {}
     for i in range(0, len(words), 3):
@@ -249,8 +235,8 @@ SPEECH = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng
 @SPEECH
 def test_the_recognisers_words_carry_what_it_heard_and_the_same_words_without(tmp_path):
     """Streamed espeak-ng speech: every committed word has the decoder's four probabilities from
-    the pass that committed it and the voice of its end; a period Whisper wrote is one its decoder
-    believed; with cues off, the same words, bare."""
+    the pass that committed it; a period Whisper wrote is one its decoder believed; with cues
+    off, the same words, bare."""
     from streampunct.clients.file import load_audio
     from streampunct.speech import SAMPLE_RATE, StreamingRecognizer, load_whisper
 
@@ -271,12 +257,10 @@ def test_the_recognisers_words_carry_what_it_heard_and_the_same_words_without(tm
     assert [w.text for w in runs[True]] == [w.text for w in runs[False]]
     assert len(runs[True]) >= 12 and all(w.cues is None for w in runs[False])
     for w in runs[True]:
-        assert w.cues is not None and w.cues.marks is not None and w.cues.voice is not None, w
+        assert w.cues is not None and w.cues.marks is not None, w
         assert len(w.cues.marks) == 4 and 0 <= sum(w.cues.marks) <= 1 + 1e-6
-        assert len(w.cues.voice) == VOICE_FEATURES and np.isfinite(w.cues.voice).all()
     ends = [w for w in runs[True] if w.text.endswith((".", "?"))]
     assert ends and all(max(w.cues.marks[1:3]) > 0.3 for w in ends)
-    assert np.mean([w.cues.voice[0] for w in runs[True]]) > 0.3  # espeak-ng's voice has a pitch
 
 
 def test_calibrate_fits_the_hearing_on_recordings_and_the_checkpoint_decides_with_it(tmp_path, capsys):
@@ -312,3 +296,21 @@ def test_calibrate_fits_the_hearing_on_recordings_and_the_checkpoint_decides_wit
     words = heard(TEXT, {4, 9})
     labels = p.predict(words, 2)[:-1]  # the last word, with nothing ahead, is slot 0's: not fitted here
     assert [i for i, label in enumerate(labels) if label == "PERIOD"] == [4, 9]
+
+
+@pytest.mark.parametrize(
+    "marks",
+    [
+        (0.1, 0.2),
+        (0.5, 0.5, 0.5, 0.0),
+        (float("nan"), 0, 0, 0),
+        (-0.1, 0, 0, 0),
+        [0.1, 0.2, 0.3, 0.1],
+        ("a", 0, 0, 0),
+    ],
+)
+def test_bad_cues_are_a_clear_error(marks):
+    from streampunct.errors import InputError
+
+    with pytest.raises(InputError, match="cues.marks"):
+        Cues(marks)

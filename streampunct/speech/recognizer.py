@@ -21,6 +21,10 @@ commits every word before the first token the decoder's alignment heads read wit
 ``frame_threshold_s`` of the end of the audio heard; agreement and the settle rules are not used,
 the end of speech is.
 
+Cues. With ``cues`` (on), each decode of a pass also returns its decoder's distribution at every
+step, and each word carries the probabilities of a mark after it that the pass gave
+(:mod:`.marks`): the punctuator's evidence, at no second recognition.
+
 Trimming. Past ``trim_after_s`` the buffer is trimmed at the end of the last committed sentence:
 a committed word Whisper wrote with ``.``, ``?`` or ``!``, or with ``sentence_ends="punctuator"``
 the ends the caller reports (:meth:`StreamingRecognizer.sentence_end`, streampunct's final periods);
@@ -74,12 +78,11 @@ import numpy as np
 
 from ..errors import StreamPunctError
 from ..options import RecognizerOptions
-from ..types import SAMPLE_RATE, Cues, Word
+from ..types import SAMPLE_RATE, Word
 from .agreement import LocalAgreement
 from .alignatt import AlignAtt
 from .guards import loop_cut, runaway_cut
 from .marks import MarkTokens, attach, listening, word_marks
-from .voice import Voice
 from .whisper import encoder_window, is_silence
 
 __all__ = [
@@ -160,7 +163,6 @@ class StreamingRecognizer:
         self._anchor: float | None = None  # real time minus stream time, at the latest chunk's end
         self._passes: deque[Pass] = deque()  # the compute ratio's window
         self.guarded: Counter[str] = Counter()  # passes cut by each guard (loop, runaway)
-        self.voice = Voice()  # the speaker's pitch level, for the prosody of word ends (cues)
 
     @property
     def processed_until(self) -> float:
@@ -212,7 +214,6 @@ class StreamingRecognizer:
         pause = guard is None and self._ends_in_silence(words)
         if pause or guard is not None:
             committed += self.policy.settle()
-        committed = self._voiced(committed)
         stats = Pass(seconds, len(self.audio) / SAMPLE_RATE, new / SAMPLE_RATE, pause, guard)
         self._count(stats)
         if guard is not None:
@@ -282,7 +283,7 @@ class StreamingRecognizer:
         report the skip at once."""
         if self.options.max_lag_s is None or self.lag(now) <= self.options.max_lag_s:
             return None
-        committed = self._voiced(self.policy.settle())
+        committed = self.policy.settle()
         start = self.processed_until
         samples = round((self._due_until(now) - self.options.resume_s - start) * SAMPLE_RATE)  # < unprocessed
         waiting = np.concatenate(self.waiting)[samples:]
@@ -304,21 +305,7 @@ class StreamingRecognizer:
         """End of audio: transcribe what is left and commit all of it."""
         self._take(self.unprocessed)
         rest = self.policy.update(*self._transcribe()) if len(self.audio) else []
-        return self._voiced(rest + self.policy.settle())
-
-    def _voiced(self, committed: list[Word]) -> list[Word]:
-        """With ``cues``: the committed words with the prosody of their ends, read from the buffer
-        before it is trimmed (the word after each: the next committed or provisional one)."""
-        if not self.options.cues or not committed:
-            return committed
-        following = committed + self.policy.pending()
-        out = []
-        for i, w in enumerate(committed):
-            voice = self.voice.at_word_end(
-                self.audio, self.offset, w, following[i + 1] if i + 1 < len(following) else None
-            )
-            out.append(w if voice is None else replace(w, cues=replace(w.cues or Cues(), voice=voice)))
-        return out
+        return rest + self.policy.settle()
 
     def _due_until(self, now: float | None) -> float:
         if now is None or self._anchor is None:
@@ -370,7 +357,7 @@ class StreamingRecognizer:
                     if w.word.strip():
                         words.append(Word(w.word.strip(), self.offset + w.start, self.offset + w.end))
                         probabilities.append(w.probability)
-        if self.options.cues:
+        if decodes:  # with cues, from a faster-whisper model
             tokenizer, tokens = _mark_tokens(self.model)
             words = attach(words, [m for d in decodes for m in word_marks(tokenizer, tokens, *d)])
         return words, probabilities

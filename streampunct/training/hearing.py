@@ -11,8 +11,8 @@ the stream makes them: nothing is recomputed beside it.
 
 Per slot, a multinomial logistic model is fitted by L-BFGS with an L2 penalty that pulls it
 towards the pause fusion's decision (the identity: with little data it stays there), on the rows
-and on copies of them with the recogniser's marks, the voice, or both taken away (so that a word
-missing either is decided on what remains); then each slot's decision offsets are tuned for
+and on copies of them with the recogniser's marks taken away (so that a word without them is
+decided on the rest); then each slot's decision offsets are tuned for
 micro-F1 (:func:`~streampunct.training.calibrate.tune_offsets`). Left out: each recording is
 decided by a fusion fitted on the others, and scored as a stream's words are
 (:func:`left_out`)."""
@@ -41,8 +41,7 @@ BLOCKS: dict[str, slice] = {
     "text": slice(0, 4),
     "pause fusion": slice(4, 8),
     "pause": slice(8, 10),
-    "marks": slice(10, 16),
-    "voice": slice(16, INPUTS),
+    "marks": slice(10, INPUTS),
 }
 LABEL_ID = {label: i for i, label in enumerate(LABELS)}
 
@@ -132,8 +131,8 @@ def fit(
     tune: bool = True,
 ) -> SpeechFusion:
     """A fusion fitted on ``rows`` (those where ``keep``), with the input blocks ``drop`` left out
-    (the ablation): per slot, L2 towards the identity, the rows doubled by copies without the
-    marks, without the voice and without both (a third of the weight each); then the offsets."""
+    (the ablation): per slot, L2 towards the identity, the rows and copies of them without the
+    marks (at a third of the weight); then the offsets."""
     fusion = SpeechFusion.identity()
     keep = np.ones(len(rows.gold), dtype=bool) if keep is None else keep
     x_all = _without(rows.x, drop)
@@ -142,10 +141,14 @@ def fit(
         if mask.sum() < 50 or len(set(rows.gold[mask].tolist())) < 2:
             continue  # too few decisions: the identity
         x = x_all[mask]
-        copies = [x, _without(x, ["marks"]), _without(x, ["voice"]), _without(x, ["marks", "voice"])]
-        weight = np.concatenate([np.ones(len(x))] + [np.full(len(x), 1 / 3)] * 3)
+        copies = [x, _without(x, ["marks"])]
+        weight = np.concatenate([np.ones(len(x)), np.full(len(x), 1 / 3)])
         w, b = _logistic(
-            np.concatenate(copies), np.tile(rows.gold[mask], 4), weight, fusion.weights[s], l2 / len(x)
+            np.concatenate(copies),
+            np.tile(rows.gold[mask], len(copies)),
+            weight,
+            fusion.weights[s],
+            l2 / len(x),
         )
         fusion.weights[s], fusion.bias[s] = w, b
         if tune:
