@@ -61,7 +61,7 @@ class Cues:
         if m is not None and (
             not isinstance(m, tuple)
             or len(m) != 4
-            or not all(_finite(p) and 0.0 <= p <= 1.0 for p in m)
+            or not all(_finite(p) and 0.0 <= p <= 1.0 + 1e-6 for p in m)
             or sum(m) > 1.0 + 1e-3
         ):
             raise InputError(

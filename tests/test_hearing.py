@@ -314,3 +314,17 @@ def test_bad_cues_are_a_clear_error(marks):
 
     with pytest.raises(InputError, match="cues.marks"):
         Cues(marks)
+
+
+def test_a_step_sure_of_one_class_gives_probabilities_a_word_accepts():
+    """A decoder sure of a segment's end sums its probabilities to 1 + a rounding error: the
+    word's cues take it (the server once closed a stream on it)."""
+    tok = whisper_tokenizer()
+    classes = MarkTokens.of(tok)
+    logits = np.full(tok.eot + 1600, -1e4, dtype=np.float32)
+    for token in (tok.eot, tok.eot + 5, tok.eot + 9):
+        logits[token] = 0.0
+    p = classes.probabilities(logits)
+    assert p[3] == pytest.approx(1.0) and all(0 <= x <= 1 for x in p)
+    assert Cues(p).marks == p
+    assert Cues((0.0, 0.0, 0.0, 1.0000000000000002)).marks[3] > 1.0  # a rounding error is no error

@@ -66,12 +66,11 @@ class MarkTokens:
         z = np.asarray(logits, dtype=np.float64)
         p = np.exp(z - z.max())
         p /= p.sum()
-        return (
-            float(p[self.comma].sum()),
-            float(p[self.period].sum()),
-            float(p[self.question].sum()),
-            float(p[self.eot :].sum()),  # end of text, timestamps (and specials, never likely here)
+        comma, period, question, end = (
+            min(1.0, float(x))  # a class that takes it all sums to 1 and a rounding error
+            for x in (p[self.comma].sum(), p[self.period].sum(), p[self.question].sum(), p[self.eot :].sum())
         )
+        return comma, period, question, end  # the end: of the text, timestamps (and specials)
 
 
 @contextlib.contextmanager
