@@ -41,7 +41,15 @@ from streampunct import Punctuator  # noqa: E402
 from streampunct.hearing import SpeechFusion  # noqa: E402
 from streampunct.options import StreamOptions  # noqa: E402
 from streampunct.scoring import compare, paired, reference, unit_tallies, whisper_tokens, word_tokens  # noqa: E402
-from streampunct.training.hearing import Traced, fit, fit_hearing, micro_f1_of, rows_of, trace_all  # noqa: E402
+from streampunct.training.hearing import (  # noqa: E402
+    Traced,
+    decide,
+    fit_hearing,
+    held_out,
+    micro_f1_of,
+    rows_of,
+    trace_all,
+)
 
 DEV = ("CAR0001", "CAR0002", "GAS0001", "GAS0002")
 STREAM_ASR = "tiny.en"
@@ -53,16 +61,14 @@ def forced(fusion: SpeechFusion, t: Traced, pause_s: float | None, segment: floa
     """``t``'s labels with ``fusion`` deciding, then a sentence end forced at a turn's end: a pause
     after the word of at least ``pause_s`` (known to the decision), or the decoder's probability
     of a segment's end at least ``segment``."""
-    labels = list(t.labels)
-    for i, (x, slot) in t.rows.items():
-        label = ("O", "COMMA", "PERIOD", "QUESTION")[
-            int(fusion.logits(x[None], np.array([slot]))[0].argmax())
-        ]
-        gap = math.expm1(float(x[9])) * 0.1 if x[8] else 0.0
+    labels = decide(fusion, t)
+    for i, (x, _) in t.rows.items():
+        gap = math.expm1(float(x[9])) * 0.1 if x[8] else 0.0  # prosody's log1p(gap / 0.1)
         turn = (pause_s is not None and gap >= pause_s) or (
             segment is not None and x[10] and math.exp(x[14]) >= segment
         )
-        labels[i] = "PERIOD" if turn and label in ("O", "COMMA") else label
+        if turn and labels[i] in ("O", "COMMA"):
+            labels[i] = "PERIOD"
     return labels
 
 
@@ -95,8 +101,7 @@ def main() -> None:
     runs = trace_all(p, recordings, (0, 1, 2), delay)
     fusion, report = fit_hearing(runs, recordings, args.l2)
     traced = {n: t for (n, k), t in runs.items() if k == 2}
-    everything = rows_of([(n, t) for (n, _), t in runs.items()])  # as the fit's: every lookahead
-    held = {n: fit(everything, everything.recording != n, args.l2) for n in traced}
+    held = held_out(rows_of([(n, t) for (n, _), t in runs.items()]), args.l2)  # as the fit's: every k
     texts = [text for _, text, _ in recordings]
 
     def pooled(labels: dict[int, list[str]]) -> float:

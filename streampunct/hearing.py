@@ -65,7 +65,7 @@ def inputs(text: np.ndarray, fused: np.ndarray, pause: Sequence[float] | None, c
     x[N_LABELS : 2 * N_LABELS] = _log_softmax(fused.astype(np.float64))
     if pause is not None:
         x[8:10] = pause[:2]
-    if cues.marks is not None and len(cues.marks) == MARK_INPUTS - 2:
+    if cues.marks is not None:  # four probabilities (Cues checks them)
         p = [*cues.marks, 1.0 - sum(cues.marks)]
         x[10] = 1.0
         x[11:16] = [math.log(max(FLOOR, v)) for v in p]

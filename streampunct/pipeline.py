@@ -239,10 +239,8 @@ def _words_json(words: Sequence[str | Word]) -> list[dict[str, Any]]:
             out.append(
                 {"text": w.text, "start": w.start and round(w.start, 3), "end": w.end and round(w.end, 3)}
             )
-            if w.cues is not None:
-                out[-1]["cues"] = {
-                    k: [round(x, 4) for x in v] for k, v in vars(w.cues).items() if v is not None
-                }
+            if w.cues is not None and w.cues.marks is not None:
+                out[-1]["cues"] = {"marks": [round(x, 4) for x in w.cues.marks]}
     return out
 
 

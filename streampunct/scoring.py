@@ -21,7 +21,7 @@ from .training.conversation import labeled_words
 
 __all__ = [
     "align", "move_marks", "compare", "pool", "metrics", "reference", "whisper_tokens", "word_tokens",
-    "accuracy", "TALLY", "UNIT_TOKENS", "unit_tallies", "micro_f1", "wer", "paired",
+    "word_references", "accuracy", "TALLY", "UNIT_TOKENS", "unit_tallies", "micro_f1", "wer", "paired",
 ]  # fmt: skip
 
 TALLY = ("edits", "ref_words", "tp", "fp", "fn")  # a unit's counts in the paired bootstrap (:func:`paired`)
@@ -125,6 +125,19 @@ def metrics(c: dict[str, Any]) -> dict[str, Any]:
 
 def reference(text: str) -> tuple[list[str], list[str]]:
     return normalize_labeled(*labeled_words(text, turn_end=False))
+
+
+def word_references(text: str, words: Sequence[str]) -> list[str]:
+    """The punctuated reference ``text``'s mark after each recognised word (moved onto its last
+    token by :func:`compare`; O for a word without tokens)."""
+    tokens, _ = word_tokens(words, ["O"] * len(words))
+    moved = compare(*reference(text), tokens, ["O"] * len(tokens))["ref"]
+    out, last = [], -1
+    for w in words:
+        n = len(normalize(w))
+        last += n
+        out.append(moved[last] if n else "O")
+    return out
 
 
 def whisper_tokens(words: Sequence[dict[str, Any]]) -> tuple[list[str], list[str]]:

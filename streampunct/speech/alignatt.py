@@ -35,7 +35,7 @@ from torch.nn import functional as F
 from ..errors import StreamPunctError
 from ..types import Word
 from .decoder import WhisperDecoder
-from .whisper import is_silence
+from .whisper import APPEND, PREPEND, is_silence, tokenizer_of
 
 __all__ = ["AlignAtt", "alignatt_decoder", "attended_frames"]
 
@@ -45,9 +45,6 @@ ENCODER_FRAMES_PER_S = 50
 # under NO_SPEECH_LOGPROB, writes nothing (faster-whisper's defaults).
 NO_SPEECH_PROB = 0.6
 NO_SPEECH_LOGPROB = -1.0
-# faster-whisper's marks that join the word before or after them.
-PREPEND = "\"'“¿([{-"
-APPEND = "\"'.。,，!！?？:：”)]}、"
 
 
 def attended_frames(attention: torch.Tensor, frames: int) -> torch.Tensor:
@@ -211,15 +208,12 @@ def alignatt_decoder(model: Any) -> tuple[WhisperDecoder, Any, list[int]]:
     model."""
     cached = getattr(model, "_streampunct_alignatt", None)
     if cached is None:
-        from faster_whisper.tokenizer import Tokenizer
         from faster_whisper.transcribe import get_suppressed_tokens
 
         path = getattr(model, "streampunct_path", None)
         if path is None:
             raise StreamPunctError("AlignAtt needs a model loaded by streampunct.speech.load_whisper")
-        tokenizer = Tokenizer(
-            model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language="en"
-        )
+        tokenizer = tokenizer_of(model)
         decoder = WhisperDecoder.load(path).to("cuda" if model.model.device == "cuda" else "cpu")
         suppressed = list(get_suppressed_tokens(tokenizer, [-1]))
         cached = model._streampunct_alignatt = (decoder, tokenizer, suppressed)

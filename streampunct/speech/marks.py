@@ -26,12 +26,9 @@ import numpy as np
 
 from ..types import Cues, Word
 from .agreement import word_key
+from .whisper import APPEND, PREPEND, tokenizer_of
 
-__all__ = ["MarkTokens", "listening", "word_marks", "attach"]
-
-# faster-whisper's marks that join the word before or after them (its transcribe() defaults)
-PREPEND = "\"'“¿([{-"
-APPEND = "\"'.。,，!！?？:：”)]}、"
+__all__ = ["MarkTokens", "listening", "word_marks", "attach", "heard_marks"]
 
 
 @dataclass(frozen=True)
@@ -138,6 +135,18 @@ def word_marks(
             step = last + 1
             out.append((text.strip(), tokens.probabilities(logits[step]) if step < len(logits) else None))
     return out
+
+
+def heard_marks(
+    model: Any, words: Sequence[Word], decodes: Sequence[tuple[list[int], list[Any]]]
+) -> list[Word]:
+    """A pass's ``words`` with the mark probabilities its ``decodes`` (:func:`listening`) gave,
+    read with ``model``'s tokenizer and mark tokens (made once per model)."""
+    tokenizer = tokenizer_of(model)
+    tokens = getattr(model, "_streampunct_mark_tokens", None)
+    if tokens is None:
+        tokens = model._streampunct_mark_tokens = MarkTokens.of(tokenizer)
+    return attach(words, [m for d in decodes for m in word_marks(tokenizer, tokens, *d)])
 
 
 def attach(words: Sequence[Word], heard: Sequence[tuple[str, tuple[float, ...] | None]]) -> list[Word]:

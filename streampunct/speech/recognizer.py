@@ -82,7 +82,7 @@ from ..types import SAMPLE_RATE, Word
 from .agreement import LocalAgreement
 from .alignatt import AlignAtt
 from .guards import loop_cut, runaway_cut
-from .marks import MarkTokens, attach, listening, word_marks
+from .marks import heard_marks, listening
 from .whisper import encoder_window, is_silence
 
 __all__ = [
@@ -358,8 +358,7 @@ class StreamingRecognizer:
                         words.append(Word(w.word.strip(), self.offset + w.start, self.offset + w.end))
                         probabilities.append(w.probability)
         if decodes:  # with cues, from a faster-whisper model
-            tokenizer, tokens = _mark_tokens(self.model)
-            words = attach(words, [m for d in decodes for m in word_marks(tokenizer, tokens, *d)])
+            words = heard_marks(self.model, words, decodes)
         return words, probabilities
 
     def _sentence_end(self) -> float:
@@ -395,19 +394,6 @@ class StreamingRecognizer:
         self.policy.forget_before(cut)
         self.audio = self.audio[samples:]
         self.offset += samples / SAMPLE_RATE  # exact: whole samples, no drift
-
-
-def _mark_tokens(model: Any) -> tuple[Any, MarkTokens]:
-    """The tokenizer of a faster-whisper model and its marks' tokens, made once per model."""
-    cached = getattr(model, "_streampunct_marks", None)
-    if cached is None:
-        from faster_whisper.tokenizer import Tokenizer
-
-        tokenizer = Tokenizer(
-            model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language="en"
-        )
-        cached = model._streampunct_marks = (tokenizer, MarkTokens.of(tokenizer))
-    return cached
 
 
 # A committed word Whisper wrote with one of these closes a sentence: the buffer is trimmed there.

@@ -15,7 +15,19 @@ import numpy as np
 
 from ..errors import StreamPunctError
 
-__all__ = ["encoder_window", "is_silence", "load_whisper", "resolve_asr_model"]
+__all__ = [
+    "encoder_window",
+    "is_silence",
+    "load_whisper",
+    "resolve_asr_model",
+    "tokenizer_of",
+    "PREPEND",
+    "APPEND",
+]
+
+# faster-whisper's marks that join the word before or after them (its transcribe() defaults).
+PREPEND = "\"'“¿([{-"
+APPEND = "\"'.。,，!！?？:：”)]}、"
 
 
 @contextlib.contextmanager
@@ -36,6 +48,17 @@ def encoder_window(model: Any, seconds: float | None) -> Iterator[None]:
         yield
     finally:
         del model.encode
+
+
+def tokenizer_of(model: Any) -> Any:
+    """faster-whisper's English transcription tokenizer for ``model``, made once per model."""
+    cached = getattr(model, "_streampunct_tokenizer", None)
+    if cached is None:
+        from faster_whisper.tokenizer import Tokenizer
+
+        cached = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language="en")
+        model._streampunct_tokenizer = cached
+    return cached
 
 
 def is_silence(audio: np.ndarray) -> bool:

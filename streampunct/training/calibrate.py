@@ -207,7 +207,7 @@ def speech_decisions(
     final decision the pause fusion corrected, as its corrected logits before the fusion's
     offsets, its lookahead slot, the reference's mark for its word (moved onto the recognised
     words, :func:`streampunct.scoring.compare`) and the recording's index."""
-    from ..scoring import compare, reference, word_tokens
+    from ..scoring import word_references
     from ..text import normalize
 
     if p.model.pause_fusion is None:
@@ -215,16 +215,12 @@ def speech_decisions(
     logits, slots, gold, where = [], [], [], []
     for n, (text, records) in enumerate(recordings):
         words, decided = _fused_decisions(p, records, lookahead, max_delay_ms, marks)
-        hyp_tokens, _ = word_tokens(words, ["O"] * len(words))
-        moved = compare(*reference(text), hyp_tokens, ["O"] * len(hyp_tokens))["ref"]
-        last = -1
-        for i, w in enumerate(words):
-            last += len(normalize(w))
+        for i, (w, ref) in enumerate(zip(words, word_references(text, words))):
             if normalize(w) and i in decided:
                 x, slot = decided[i]
                 logits.append(x)
                 slots.append(slot)
-                gold.append(LABEL_ID[moved[last]])
+                gold.append(LABEL_ID[ref])
                 where.append(n)
     return torch.stack(logits), torch.tensor(slots), torch.tensor(gold), torch.tensor(where)
 

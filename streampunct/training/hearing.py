@@ -28,13 +28,13 @@ import torch
 
 from ..hearing import INPUTS, N_LABELS, SLOTS, SpeechFusion
 from ..pipeline import calls_from_json
-from ..scoring import compare, metrics, pool, reference, word_tokens
+from ..scoring import compare, metrics, pool, reference, word_references, word_tokens
 from ..stream import Push
-from ..text import LABELS, normalize
+from ..text import LABELS
 from ..types import Word
 from .calibrate import tune_offsets
 
-__all__ = ["Traced", "trace", "Rows", "rows_of", "fit", "decide", "left_out", "BLOCKS"]
+__all__ = ["Traced", "trace", "Rows", "rows_of", "fit", "decide", "held_out", "left_out", "BLOCKS"]
 
 # The inputs of each evidence source (hearing.inputs' layout), for the ablation and the dropout.
 BLOCKS: dict[str, slice] = {
@@ -77,21 +77,9 @@ def trace(p: Any, text: str, records: Sequence[dict], lookahead: int, max_delay_
         model.hearing = saved
     texts = [w.text for w in words]
     labels = [final[i] for i in range(len(words))]
-    gold = gold_labels(text, texts)
+    gold = word_references(text, texts)
     rows = {i: traced[id(w.cues)] for i, w in enumerate(words) if w.cues is not None and id(w.cues) in traced}
     return Traced(texts, labels, gold, rows)
-
-
-def gold_labels(text: str, words: Sequence[str]) -> list[str]:
-    """The reference's mark after each recognised word (on its last token; O for a word without one)."""
-    tokens, _ = word_tokens(words, ["O"] * len(words))
-    moved = compare(*reference(text), tokens, ["O"] * len(tokens))["ref"]
-    out, last = [], -1
-    for w in words:
-        n = len(normalize(w))
-        last += n
-        out.append(moved[last] if n else "O")
-    return out
 
 
 @dataclass
@@ -198,13 +186,13 @@ def left_out(
 ) -> dict[int, dict[int, list[str]]]:
     """Each recording's labels at each lookahead, decided by a fusion fitted on the other
     recordings (``traced``: (recording, lookahead) -> run)."""
-    recordings = sorted({n for n, _ in traced})
-    everything = rows_of([(n, t) for (n, _), t in traced.items()])
-    out: dict[int, dict[int, list[str]]] = {}
-    for n in recordings:
-        fusion = fit(everything, everything.recording != n, l2, drop)
-        out[n] = {k: decide(fusion, t) for (m, k), t in traced.items() if m == n}
-    return out
+    fits = held_out(rows_of([(n, t) for (n, _), t in traced.items()]), l2, drop)
+    return {n: {k: decide(fusion, t) for (m, k), t in traced.items() if m == n} for n, fusion in fits.items()}
+
+
+def held_out(rows: Rows, l2: float = 1.0, drop: Sequence[str] = ()) -> dict[int, SpeechFusion]:
+    """For each recording of ``rows``, a fusion fitted on the other recordings' rows."""
+    return {int(n): fit(rows, rows.recording != n, l2, drop) for n in np.unique(rows.recording)}
 
 
 def micro_f1_of(runs: Sequence[tuple[Sequence[str], Sequence[str], str]]) -> dict[str, Any]:
