@@ -86,12 +86,14 @@ def cmd_punctuate(args: argparse.Namespace) -> int:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
+    """Punctuate an archive on Ray Data; a bad input or --out is one line and exit status 2 before
+    Ray starts (streampunct/batch.py checks them first)."""
+    import importlib.util
+
     from .batch import punctuate_archive
 
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        raise InputError('streampunct batch runs on Ray Data: pip install "streampunct[cluster]"') from None
+    if importlib.util.find_spec("ray") is None:  # found, not imported: a bad input fails at once
+        raise InputError('streampunct batch runs on Ray Data: pip install "streampunct[cluster]"')
     t0 = time.perf_counter()
     n = punctuate_archive(
         args.source, args.out, model=args.model, lookahead=args.lookahead, engine=args.engine,
@@ -346,7 +348,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         help="punctuate an archive of transcripts on Ray Data (JSON lines, Parquet or a folder of .txt)",
     )
     p.add_argument(
-        "source", help='a .jsonl (objects with "text", and "id"), a .parquet or a folder of .txt files'
+        "source",
+        help='a .jsonl (objects with "text", and "id" if any: a string or an integer), a .parquet or a '
+        "folder of .txt files",
     )
     p.add_argument(
         "--out", required=True, help="JSON lines: id, labels (one a word), text, in the input's order"

@@ -13,6 +13,7 @@ import urllib.request
 
 import pytest
 from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 
 from benchmarks.common import WORDS, free_port
 from tests.test_deploy import stream
@@ -97,3 +98,51 @@ def test_a_session_replica_stopped_mid_stream_finishes_its_streams_and_the_next_
     while encoder.open_streams.remote().result():  # its stream is forgotten in the encoder too
         assert time.monotonic() < deadline, "the lost stream stayed in the encoder"
         time.sleep(0.1)
+
+
+def test_serve_ray_guards_its_streams_as_serve_does(ray_serve):
+    """Issue 63: serve-ray made none of serve's checks, and its admission read a load that was
+    always zero. Now the same guard: without the token 401, a foreign Origin or a rebinding Host
+    403, an authorised stream served; past the encoder's real load a new stream gets 503 ``busy``
+    with Retry-After before its websocket opens."""
+    from streampunct.server.guard import Access, Limits
+    from tests.test_overload import LONG
+    from tests.test_security import handshake
+
+    url = ray_serve
+    token = "s3cret"
+    cluster.deploy(session_replicas=1, device="cpu", access=Access(token), limits=Limits(max_load=0.5))
+    bearer = ("Authorization", f"Bearer {token}")
+    host = ("Host", url.removeprefix("ws://"))
+    assert handshake(url, host)[0] == 401
+    status, body = handshake(url, host, bearer, ("Origin", "https://evil.example"))
+    assert (status, body and body["code"]) == (403, "forbidden_origin")
+    status, body = handshake(url, ("Host", "evil.example"), bearer)
+    assert (status, body and body["code"]) == (403, "forbidden_host")
+    auth = {"additional_headers": [bearer]}
+
+    async def go():
+        async with connect(url + "/v1/punct", **auth) as ws:  # served
+            await ws.send(json.dumps({"type": "config", "lookahead": 2}))
+            assert json.loads(await ws.recv())["type"] == "ready"
+            await ws.send(json.dumps({"type": "words", "words": WORDS[:10]}))
+            await ws.send(json.dumps({"type": "end"}))
+            replies = [json.loads(m) async for m in ws]
+        assert replies[-1] == {"type": "end", "words": 10}
+        hog = await connect(url + "/v1/punct", **auth)  # about a minute of the encoder's compute
+        await hog.send(json.dumps({"type": "config", "lookahead": 64}))
+        await hog.recv()
+        await hog.send(json.dumps({"type": "words", "words": [LONG[i % 4] for i in range(600)]}))
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                async with connect(url + "/v1/punct", **auth):
+                    pass
+            except InvalidStatus as e:
+                return e.response
+            assert time.monotonic() < deadline, "never refused past the encoder's capacity"
+            await asyncio.sleep(1)
+
+    refusal = asyncio.run(go())
+    assert refusal.status_code == 503 and int(refusal.headers["Retry-After"]) >= 1
+    assert json.loads(refusal.body)["code"] == "busy"

@@ -166,9 +166,15 @@ class App:
         return json_response(HTTPStatus.OK, body)
 
     async def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        return await self.admit(request, connection.local_address[1], _peer(connection))
+
+    async def admit(self, request: Request, port: int, peer: str | None) -> Response | None:
+        """The answer to a request before any websocket opens (None: open the stream). Every
+        server's guard: ``serve``'s handshakes and serve-ray's session replicas
+        (:mod:`.cluster`) ask it. ``port``: where the request came in; ``peer``: the client's address."""
         path = urlparse(request.path).path
         stream = path in ("/v1/punct", "/v1/asr")
-        refusal = self.access.refuse(request, self.secure, connection.local_address[1], stream)
+        refusal = self.access.refuse(request, self.secure, port, stream)
         if refusal is not None:
             log_event(
                 logging.WARNING,
@@ -203,7 +209,7 @@ class App:
                     "too_many_streams", f"the server is at its limit of {self.limits.max_streams} streams"
                 ),
             )
-        if (full := self.client_full(_peer(connection))) is not None:
+        if (full := self.client_full(peer)) is not None:
             return json_response(HTTPStatus.TOO_MANY_REQUESTS, full)
         if (busy := self.busy(path)) is not None:
             response = json_response(HTTPStatus.SERVICE_UNAVAILABLE, busy)
@@ -376,26 +382,8 @@ async def embedded(
         await server
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="streampunct serve", description="Run the streampunct websocket server."
-    )
-    ap.add_argument(
-        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
-    )
-    ap.add_argument("--port", type=int, default=8765, help="port (0: any free port)")
-    ap.add_argument("--model", help="punctuation model: default, base (shipped) or a checkpoint folder")
-    ap.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda if present)")
-    add_int8_flag(ap)
-    ap.add_argument("--asr-model", help="tiny.en (default), base, or a CTranslate2 Whisper folder")
-    ap.add_argument(
-        "--preload-asr",
-        action="store_true",
-        help="load the speech model at start, not at the first /v1/asr stream",
-    )
-    add_config_flags(ap.add_argument_group("caption pipeline (/v1/asr)"), FrontEndOptions, switches=True)
-    recogniser = ap.add_argument_group("speech recogniser (/v1/asr; docs/latency.md measures them)")
-    add_config_flags(recogniser, RecognizerOptions, prefix="asr-", switches=True, aliases=ASR_ALIASES)
+def add_guard_flags(ap: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """The access and limits flags of every server (``serve``, ``serve-ray``); the access group."""
     security = ap.add_argument_group("access (docs/protocol.md, Security)")
     security.add_argument(
         "--token",
@@ -419,11 +407,46 @@ def build_parser() -> argparse.ArgumentParser:
         help="a name clients reach this server by (its Host header), besides the --host address and "
         f"{', '.join(LOOPBACK_HOSTS)}; repeatable; any other is refused (DNS rebinding)",
     )
-    security.add_argument("--certfile", help="TLS certificate chain (PEM): serve wss:// and https://")
-    security.add_argument("--keyfile", help="TLS private key (PEM), with --certfile")
     per_client = {"type": number_or_off, "default": argparse.SUPPRESS}  # absent: by --host
     limits = ap.add_argument_group("limits (docs/protocol.md, Security)")
     add_config_flags(limits, Limits, max_streams_per_client=per_client)
+    return security
+
+
+def guard_from_flags(args: argparse.Namespace) -> tuple[Access, Limits]:
+    """The access and the limits that :func:`add_guard_flags`' flags say, for a server on ``args.host``."""
+    access = Access(
+        args.token or None, tuple(args.allow_origin), (*LOOPBACK_HOSTS, args.host, *args.allow_host)
+    )
+    limits = config_from_flags(args, Limits)
+    if "max_streams_per_client" not in args and not is_loopback(args.host):
+        limits = dataclasses.replace(limits, max_streams_per_client=STREAMS_PER_CLIENT)
+    return access, limits
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="streampunct serve", description="Run the streampunct websocket server."
+    )
+    ap.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
+    )
+    ap.add_argument("--port", type=int, default=8765, help="port (0: any free port)")
+    ap.add_argument("--model", help="punctuation model: default, base (shipped) or a checkpoint folder")
+    ap.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda if present)")
+    add_int8_flag(ap)
+    ap.add_argument("--asr-model", help="tiny.en (default), base, or a CTranslate2 Whisper folder")
+    ap.add_argument(
+        "--preload-asr",
+        action="store_true",
+        help="load the speech model at start, not at the first /v1/asr stream",
+    )
+    add_config_flags(ap.add_argument_group("caption pipeline (/v1/asr)"), FrontEndOptions, switches=True)
+    recogniser = ap.add_argument_group("speech recogniser (/v1/asr; docs/latency.md measures them)")
+    add_config_flags(recogniser, RecognizerOptions, prefix="asr-", switches=True, aliases=ASR_ALIASES)
+    security = add_guard_flags(ap)
+    security.add_argument("--certfile", help="TLS certificate chain (PEM): serve wss:// and https://")
+    security.add_argument("--keyfile", help="TLS private key (PEM), with --certfile")
     ap.add_argument("--log-level", default="info")
     return ap
 
@@ -449,12 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.certfile:
             tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             tls.load_cert_chain(args.certfile, args.keyfile)
-        access = Access(
-            args.token or None, tuple(args.allow_origin), (*LOOPBACK_HOSTS, args.host, *args.allow_host)
-        )
-        limits = config_from_flags(args, Limits)
-        if "max_streams_per_client" not in args and not is_loopback(args.host):
-            limits = dataclasses.replace(limits, max_streams_per_client=STREAMS_PER_CLIENT)
+        access, limits = guard_from_flags(args)
         app = App(
             punctuator,
             access=access,

@@ -25,9 +25,12 @@ for ``--drain-s`` at most. With ``--device cuda`` the encoder replica asks Ray f
 The encoder is an application of its own, so that redeploying the sessions leaves every stream's
 state where it is. One encoder replica: a stream's state is in one process (more would need the
 streams routed to replicas by id). Only ``/v1/punct``: a recogniser per stream belongs beside the
-session that reads its audio, which ``streampunct serve`` replicas do (deploy/haproxy.cfg). The
-access checks of ``serve`` (token, origins, hosts) are not made here: run it on a private network
-or behind a proxy that makes them.
+session that reads its audio, which ``streampunct serve`` replicas do (deploy/haproxy.cfg).
+
+The guard is ``serve``'s (:meth:`~streampunct.server.app.App.admit`, the same flags): the token,
+the Host and Origin allow-lists, the stream limits, and admission by the encoder's real load (the
+share of the last 5 s its batcher computed): past ``--max-load`` a new stream gets HTTP 503 ``busy``
+with Retry-After, before its websocket opens. Ray's own ports: deploy/README.md.
 """
 
 from __future__ import annotations
@@ -43,20 +46,23 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import Close
+from websockets.http11 import Request
 
 from ..errors import InputError, StreamPunctError
 from ..flags import add_int8_flag
 from ..punctuator import Punctuator
-from ..scheduler import Batcher
+from ..scheduler import Batcher, Load
 from ..stream import Call, Finish, Push, Revise, Tick
 from ..types import PunctEvent, Word
-from .app import App
-from .guard import Limits
+from .app import App, add_guard_flags, guard_from_flags
+from .guard import Access, Limits
 
 try:
     from fastapi import FastAPI, WebSocket
+    from fastapi.responses import Response as HttpResponse
     from ray import serve
 except ImportError as e:  # pragma: no cover - the [cluster] extra
     raise InputError(
@@ -125,6 +131,10 @@ class EncoderReplica:
     def open_streams(self) -> int:
         return len(self.streams)
 
+    def load(self) -> tuple[float, float | None]:
+        """The batcher's load and capacity (:class:`~streampunct.scheduler.Load`), for admission."""
+        return self.batcher.load.busy(), self.batcher.load.capacity()
+
 
 class RemoteStream:
     """A session's view of its stream in the encoder: what the session reads of it."""
@@ -134,6 +144,20 @@ class RemoteStream:
         self.n_words = self.n_final = 0
 
 
+class RemoteLoad(Load):
+    """The encoder's load as a session replica last read it (:meth:`RemoteBatcher.refresh`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last: tuple[float, float | None] = (0.0, None)
+
+    def busy(self) -> float:
+        return self.last[0]
+
+    def capacity(self) -> float | None:
+        return self.last[1]
+
+
 class RemoteBatcher(Batcher):
     """A session replica's batcher: it computes nothing; each call goes to the encoder replica,
     whose batcher runs it with the calls of every session replica's streams."""
@@ -141,6 +165,11 @@ class RemoteBatcher(Batcher):
     def __init__(self, encoder: Any):
         super().__init__()
         self.encoder = encoder
+        self.load = self.encoder_load = RemoteLoad()
+
+    async def refresh(self) -> None:
+        """Read the encoder's load (before admitting a stream)."""
+        self.encoder_load.last = await self.encoder.load.remote()
 
     async def open(self, lookahead: int, max_delay_ms: float | None, engine: str) -> RemoteStream:
         return RemoteStream(*await self.encoder.open.remote(lookahead, max_delay_ms, engine))
@@ -176,9 +205,17 @@ class RemoteBatcher(Batcher):
 class ClusterApp(App):
     """The server's sessions, with their streams in the encoder replica."""
 
-    def __init__(self, encoder: Any, limits: Limits | None = None):
+    def __init__(self, encoder: Any, access: Access | None = None, limits: Limits | None = None):
         self.remote = RemoteBatcher(encoder)
-        super().__init__(None, batcher=self.remote, limits=limits)
+        super().__init__(None, batcher=self.remote, access=access, limits=limits)
+
+    async def admit(self, request: Request, port: int, peer: str | None) -> HttpResponse | None:  # type: ignore[override]
+        """``serve``'s guard, on the encoder's load as it is now; a refusal as Starlette sends it."""
+        await self.remote.refresh()
+        refusal = await super().admit(request, port, peer)
+        if refusal is None:
+            return None
+        return HttpResponse(refusal.body, refusal.status_code, dict(refusal.headers.raw_items()))
 
     async def handler(self, connection: Any) -> None:
         """A session; its stream is forgotten in the encoder however the session ended (a
@@ -272,18 +309,22 @@ api = FastAPI()
 class SessionReplica:
     """streampunct's sessions at ``/v1/punct``, their streams in the encoder application."""
 
-    def __init__(self, limits: Limits | None = None):
-        self.limits = limits
+    def __init__(self, access: Access | None = None, limits: Limits | None = None):
+        self.access, self.limits = access, limits
         self._server: ClusterApp | None = None  # (``app`` is Ray's: the FastAPI ingress)
 
     def server(self) -> ClusterApp:
         if self._server is None:  # made in the event loop that serves the requests
             encoder = serve.get_deployment_handle(Encoder.name, app_name=ENCODER_APP)
-            self._server = ClusterApp(encoder, self.limits)
+            self._server = ClusterApp(encoder, self.access, self.limits)
         return self._server
 
     @api.websocket("/v1/punct")
     async def punct(self, websocket: WebSocket) -> None:
+        refusal = await self.server().admit(*handshake(websocket))
+        if refusal is not None:  # an HTTP answer to the handshake, as serve gives it
+            await websocket.send_denial_response(refusal)
+            return
         await websocket.accept()
         connection = StarletteConnection(websocket, "/v1/punct")
         try:
@@ -294,6 +335,15 @@ class SessionReplica:
     @api.get("/health")
     async def health(self) -> dict[str, Any]:
         return {"status": "ok", "streams": self.server().active}
+
+
+def handshake(websocket: WebSocket) -> tuple[Request, int, str | None]:
+    """The handshake as :meth:`App.admit` reads it: the request, the port it came in on, the client."""
+    query = websocket.scope.get("query_string", b"").decode("latin-1")
+    path = websocket.scope.get("path", "/v1/punct") + (f"?{query}" if query else "")
+    headers = Headers([(k.decode("latin-1"), v.decode("latin-1")) for k, v in websocket.scope["headers"]])
+    server = websocket.scope.get("server") or ("", 0)
+    return Request(path, headers), int(server[1] or 0), websocket.client.host if websocket.client else None
 
 
 Encoder = serve.deployment(name="Encoder", max_ongoing_requests=100_000)(EncoderReplica)
@@ -312,6 +362,7 @@ def deploy(
     int8: bool = False,
     limits: Limits | None = None,
     drain_s: float = DRAIN_S,
+    access: Access | None = None,
     encoder: bool = True,
 ) -> None:
     """The two applications on the running Ray Serve (``encoder=False``: the sessions alone, a new
@@ -321,7 +372,7 @@ def deploy(
         encoder_app = Encoder.options(ray_actor_options={"num_cpus": 1, "num_gpus": gpus})
         serve.run(encoder_app.bind(model, device, int8), name=ENCODER_APP, route_prefix=None)
     sessions = Sessions.options(num_replicas=session_replicas, graceful_shutdown_timeout_s=drain_s)
-    serve.run(sessions.bind(limits), name=SESSIONS_APP, route_prefix="/")
+    serve.run(sessions.bind(access, limits), name=SESSIONS_APP, route_prefix="/")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -338,19 +389,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--drain-s", type=float, default=DRAIN_S, help="seconds a stopping session replica serves its streams"
     )
-    ap.add_argument(
-        "--max-streams",
-        type=int,
-        default=Limits.max_streams,
-        help="streams open at once on a session replica",
-    )
+    add_guard_flags(ap)  # serve's: --max-streams is a session replica's
     args = ap.parse_args(argv)
+    access, limits = guard_from_flags(args)
     import ray
 
     ray.init(address=args.address, include_dashboard=False)
     serve.start(http_options={"host": args.host, "port": args.port})
-    limits = Limits(max_streams=args.max_streams)
-    deploy(args.session_replicas, args.model, args.device, args.int8, limits, args.drain_s)
+    deploy(args.session_replicas, args.model, args.device, args.int8, limits, args.drain_s, access)
     print(f"streampunct on Ray Serve, serving on ws://{args.host}:{args.port}", flush=True)
     stop = asyncio.Event()
 

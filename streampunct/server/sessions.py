@@ -23,7 +23,7 @@ from streampunct import protocol as P
 from streampunct.pipeline import CaptionPipeline, Heard
 from streampunct.server.guard import Pace
 from streampunct.speech import Hypothesis, StreamingRecognizer
-from streampunct.stream import Call, Push
+from streampunct.stream import Call, Push, Tick
 from streampunct.types import SAMPLE_RATE, PunctEvent, Word
 
 if TYPE_CHECKING:
@@ -178,6 +178,22 @@ class Session:
         if wait:
             await asyncio.sleep(wait)
 
+    async def unless_gone(self, awaitable: Any) -> bool:
+        """Await ``awaitable`` unless the client goes first (its connection closes): then it is
+        cancelled, and False. A session whose client has gone computes nothing more for it."""
+        task = asyncio.ensure_future(awaitable)
+        gone = asyncio.ensure_future(self.connection.wait_closed())
+        try:
+            await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.wait([task])
+            return False
+        task.result()
+        return True
+
     async def configure(self, cfg: P.Config) -> None:
         raise NotImplementedError
 
@@ -223,7 +239,11 @@ class PunctSession(Session):
                 await asyncio.wait([self.worker])
 
     async def on_message(self, message: str | bytes) -> bool:
-        msg = P.read_client(message)
+        try:
+            msg = P.read_client(message)
+        except P.ProtocolError:  # a bad message costs as a word does: a flood of them is slowed
+            await self.pace(1, self.rate, "messages")
+            raise
         match msg:
             case P.Words(words) | P.Revise(_, words):
                 size = max(1, len(words))
@@ -242,7 +262,15 @@ class PunctSession(Session):
                     self.words_in += len(words)
                 if words:
                     self.last_input = time.monotonic()
-            case P.Tick():
+                self.took(words, msg.now)
+            case P.Tick(now):
+                await self.pace(1, self.rate, "messages")
+                self.forward(now)
+                self.clock = now
+                last = self.work[-1][0] if self.work else None
+                if isinstance(last, P.Tick) and last.now <= now:  # the later clock says it all
+                    self.work[-1] = (msg, 1)
+                    return False
                 size = 1
             case P.End():
                 await self.end()
@@ -296,16 +324,12 @@ class PunctSession(Session):
                     match msg:
                         case P.Words(words, now):
                             await self.send_events(await batcher.push(self.stream, list(words), now=now))
-                            self.took(words, now)
                         case P.Revise(index, words, now):
                             await self.send_events(
                                 await batcher.revise(self.stream, index, list(words), now=now)
                             )
-                            self.took(words, now)
                         case P.Tick(now):
-                            self.forward(now)
                             await self.send_events(await batcher.tick(self.stream, now))
-                            self.clock = now
                         case _:  # a reply, queued behind the work before it
                             await self.send(msg)
                 except StreamPunctError as e:  # e.g. revising final words: the stream is unchanged
@@ -338,11 +362,17 @@ class PunctSession(Session):
             )
 
     async def end(self, reason: str | None = None) -> None:
-        """Compute the messages taken, then finish the stream."""
+        """Compute the messages taken, then finish the stream; a client that has gone meanwhile
+        (it sent ``end`` and hung up) has its work dropped at once (``run`` stops the compute task)."""
+        await self.unless_gone(self._end(reason))
+
+    async def _end(self, reason: str | None) -> None:
         if self.worker is not None and not self.worker.done():
             done = asyncio.ensure_future(self.done.wait())
-            await asyncio.wait({done, self.worker}, return_when=asyncio.FIRST_COMPLETED)
-            done.cancel()
+            try:
+                await asyncio.wait({done, self.worker}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                done.cancel()
         if self.worker is not None and self.worker.done():  # it failed, and closed the connection
             await self.connection.wait_closed()
             return
@@ -356,16 +386,21 @@ class AsrSession(Session):
     answered however slow recognition is; a recognition task of the session's own runs a pass in
     the ASR worker whenever enough audio waits. When it falls behind real time, the recogniser
     skips to recent audio (streampunct.speech.recognizer's catch-up policy) and the client gets a ``lag``
-    message; the connection stays open."""
+    message; the connection stays open. What recognition finds is punctuated by a third task, in
+    order, so that neither reading the socket nor recognition waits on the batcher. The sessions
+    share the one ASR worker in turns: each has at most one pass queued there."""
 
     audio = True
     endpoint = "asr"
     INPUT = "audio"
 
-    # Audio waiting beyond this (a sender an hour ahead of recognition): stop reading. Not sooner:
-    # a connection that is not read cannot answer its keepalive, and a file sent at full speed
-    # (an hour: 230 MB as float32) must not lose its session.
-    MAX_WAITING_S = 3600.0
+    # Audio waiting for recognition, at most (float32: 3.8 MB a minute): a stream's 300 s (19 MB);
+    # past SERVER_WAITING_S of every stream's together (115 MB), a stream holding more than FAIR_S.
+    # Beyond, the session stops reading its socket until recognition catches up (the sender is
+    # slowed by TCP; its keepalive is not judged meanwhile: its pongs wait behind its audio).
+    MAX_WAITING_S = 300.0
+    SERVER_WAITING_S = 1800.0
+    FAIR_S = 30.0
 
     def __init__(self, app: App, connection: ServerConnection, session_id: str):
         super().__init__(app, connection, session_id)
@@ -374,6 +409,11 @@ class AsrSession(Session):
         self.ending = False  # no more audio: recognise what waits, then stop
         self.listening = False  # the recognition task waits for audio: all it was given is recognised
         self.recognition: asyncio.Task[None] | None = None
+        self.outbox: collections.deque[Heard | list[Call]] = collections.deque()  # to punctuate, in order
+        self.posted = asyncio.Event()  # something was put in the outbox
+        self.settled = asyncio.Event()  # the outbox is empty and nothing is being punctuated
+        self.settled.set()
+        self.punctuation: asyncio.Task[None] | None = None
 
     async def configure(self, cfg: P.Config) -> None:
         recognizer = StreamingRecognizer(await self.app.whisper(), self.app.recognizer_options)
@@ -384,6 +424,7 @@ class AsrSession(Session):
         self.cfg = cfg
         await self.send(P.Ready.of(self.id, cfg, self.stream.engine))
         self.recognition = asyncio.create_task(self.recognise(), name=f"asr-{self.id}")
+        self.punctuation = asyncio.create_task(self.punctuate(), name=f"asr-punct-{self.id}")
 
     async def run(self) -> None:
         try:
@@ -402,7 +443,7 @@ class AsrSession(Session):
             calls = self.pipeline.feed(audio, self.app.clock())
             self.listening = False
             self.wake.set()
-            await self.run_calls(calls)
+            self.post(calls)
             await self.make_room()
             return False
         P.read_client(message, audio=True)  # an end: the only text message after the config
@@ -413,10 +454,29 @@ class AsrSession(Session):
         """Back-pressure for a sender far ahead of real time (a file sent as fast as possible):
         wait while more than MAX_WAITING_S of audio waits. A live stream does not get here: the
         recogniser skips to recent audio long before (streampunct.speech.recognizer, ``max_lag_s``)."""
-        limit = self.MAX_WAITING_S * SAMPLE_RATE
-        while self.pipeline.waiting > limit and self.recognition and not self.recognition.done():
-            self.progress.clear()
-            await self.progress.wait()
+        timeout = getattr(self.connection, "ping_timeout", None)
+        try:
+            while self.too_much_waiting() and self.recognition and not self.recognition.done():
+                if timeout is not None:
+                    self.connection.ping_timeout = None
+                self.progress.clear()
+                await self.progress.wait()
+        finally:
+            if timeout is not None:
+                self.connection.ping_timeout = timeout
+
+    def too_much_waiting(self) -> bool:
+        """This stream's audio waiting is past its bound, or every stream's is past the server's
+        and this one holds more than its fair part."""
+        mine = self.pipeline.waiting / SAMPLE_RATE
+        if mine > self.MAX_WAITING_S:
+            return True
+        if mine <= self.FAIR_S:
+            return False
+        everyone = sum(
+            s.pipeline.waiting for s in self.app.sessions.values() if isinstance(s, AsrSession) and s.cfg
+        )
+        return everyone / SAMPLE_RATE > self.SERVER_WAITING_S
 
     def process(self) -> Hypothesis:
         """One pass, in the ASR worker: the clock is read when the pass starts, not when queued."""
@@ -443,35 +503,71 @@ class AsrSession(Session):
                     continue
                 caught_up = self.pipeline.catch_up(now=self.app.clock())  # told at once, not after a pass
                 if caught_up is not None:
-                    await self.report(caught_up)
+                    self.post(caught_up)
                 hyp = await loop.run_in_executor(self.app.asr_executor, self.process)
                 self.progress.set()
-                await self.report(self.pipeline.heard(hyp))
-        except ConnectionClosed:
-            pass  # the receive loop sees it too
+                self.post(self.pipeline.heard(hyp))
         except Exception:
-            log.exception("recognition_failed", extra={"fields": {"session": self.id}})
-            self.app.metrics.failed.labels(self.endpoint).inc()
-            try:
-                message = "speech recognition failed on this stream; it is closed"
-                await self.send(P.Error("internal", message, self.stream.n_final))
-                await self.connection.close(1011, "internal error")
-            except ConnectionClosed:
-                pass
+            await self.failed("recognition")
         finally:
             self.progress.set()
 
-    async def stop_recognition(self) -> None:
-        """However the session ends, its recognition task ends with it; a pass already under way
-        in the worker runs to its end and its result is dropped."""
-        task = self.recognition
-        if task is None:
+    def post(self, item: Heard | list[Call]) -> None:
+        """What recognition found, or the calls audio made (a tick in silence), to punctuate in
+        order; a tick after a tick replaces it (the later clock says it all)."""
+        last = self.outbox[-1] if self.outbox else None
+        if isinstance(item, list) and not item:
             return
-        if not task.done():
-            task.cancel()
-        await asyncio.wait([task])
-        if not task.cancelled():
-            task.exception()  # retrieved: the task reports its own faults
+        if isinstance(item, list) and isinstance(last, list) and _ticks(item) and _ticks(last):
+            self.outbox[-1] = item
+        else:
+            self.outbox.append(item)
+        self.settled.clear()
+        self.posted.set()
+
+    async def punctuate(self) -> None:
+        """The punctuation task: what was posted, in order, through the batcher; its events, the
+        words and the captions sent. Its faults close this connection alone (1011)."""
+        try:
+            while True:
+                while not self.outbox:
+                    self.settled.set()
+                    self.posted.clear()
+                    await self.posted.wait()
+                item = self.outbox.popleft()
+                if isinstance(item, Heard):
+                    await self.report(item)
+                else:
+                    await self.run_calls(item)
+        except ConnectionClosed:
+            pass  # the receive loop sees it too
+        except Exception:
+            await self.failed("punctuation")
+        finally:
+            self.settled.set()
+
+    async def failed(self, what: str) -> None:
+        """A task of this session failed: the client is told and the connection closed (1011)."""
+        log.exception(f"{what}_failed", extra={"fields": {"session": self.id}})
+        self.app.metrics.failed.labels(self.endpoint).inc()
+        with contextlib.suppress(ConnectionClosed):
+            message = (
+                f"{'speech ' if what == 'recognition' else ''}{what} failed on this stream; it is closed"
+            )
+            await self.send(P.Error("internal", message, self.stream.n_final))
+            await self.connection.close(1011, "internal error")
+
+    async def stop_recognition(self) -> None:
+        """However the session ends, its recognition and punctuation tasks end with it; a pass
+        already under way in the worker runs to its end and its result is dropped."""
+        for task in (self.recognition, self.punctuation):
+            if task is None:
+                continue
+            if not task.done():
+                task.cancel()
+            await asyncio.wait([task])
+            if not task.cancelled():
+                task.exception()  # retrieved: the task reports its own faults
 
     async def report(self, heard: Heard) -> None:
         """Send what a pass (or a catch-up, or the end) found: the skip first, then the words with
@@ -543,12 +639,23 @@ class AsrSession(Session):
                 await self.send(P.Captioned(caption))
 
     async def end(self, reason: str | None = None) -> None:
-        """Recognise the audio that waits (the recognition task's last passes), then finish."""
+        """Recognise the audio that waits (the recognition task's last passes), punctuate it, then
+        finish; a client that has gone meanwhile stops it at once (``run`` stops the tasks)."""
+        await self.unless_gone(self._end(reason))
+
+    async def _end(self, reason: str | None) -> None:
         loop = asyncio.get_running_loop()
         self.ending = True
         self.wake.set()
         if self.recognition is not None:
             await self.recognition
-        await self.report(await loop.run_in_executor(self.app.asr_executor, self.pipeline.finish))
+        self.post(await loop.run_in_executor(self.app.asr_executor, self.pipeline.finish))
+        await self.settled.wait()
+        if self.punctuation is not None and self.punctuation.done():  # it failed, and closed the connection
+            return
         duration = round(self.pipeline.recognizer.duration, 3)
         await self.send(P.Finished(self.stream.n_words, duration, reason))
+
+
+def _ticks(calls: list[Call]) -> bool:
+    return all(isinstance(c, Tick) for c in calls)
