@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
+import numpy as np  # noqa: E402
 from common import (  # noqa: E402
     CACHE,
     ESPEAK,
@@ -709,6 +710,14 @@ async def soak(
     return {**summary(sessions, watch.samples, wall, server), "recognition": metrics.figures()}
 
 
+def slope_mb_per_h(samples: list[tuple[float, float]]) -> float | None:
+    """The least-squares slope of RSS against time, MB an hour (None: fewer than two samples)."""
+    if len(samples) < 2:
+        return None
+    t, mb = np.array(samples).T
+    return round(float(np.polyfit(t / 3600, mb, 1)[0]), 1)
+
+
 def memory(samples: list[tuple[float, float]], wall: float) -> dict[str, Any]:
     """RSS after warm-up, at 10 % of the run, its maximum and at the end; growth from 10 % on."""
     if not samples:
@@ -720,6 +729,7 @@ def memory(samples: list[tuple[float, float]], wall: float) -> dict[str, Any]:
         "max_mb": max(mb for _, mb in samples),
         "end_mb": samples[-1][1],
         "growth_from_10pct_mb": round(samples[-1][1] - tenth, 1),
+        "slope_second_half_mb_per_h": slope_mb_per_h([(t, mb) for t, mb in samples if t >= wall / 2]),
         "samples": samples,
     }
 
@@ -814,7 +824,8 @@ def table(figures: dict[str, Any]) -> str:
             "",
             f"Server resident memory: {m['start_mb']:.0f} MB after warm-up, {m['at_10pct_mb']:.0f} MB at 10 % "
             f"of the run, max {m['max_mb']:.0f} MB, {m['end_mb']:.0f} MB at the end "
-            f"({m['growth_from_10pct_mb']:+.0f} MB from 10 %).",
+            f"({m['growth_from_10pct_mb']:+.0f} MB from 10 %; over the second half "
+            f"{m['slope_second_half_mb_per_h']} MB an hour).",
         ]
     return "\n".join(rows)
 

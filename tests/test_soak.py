@@ -14,7 +14,7 @@ import shutil
 import pytest
 
 from benchmarks.common import make_speech, start_server
-from benchmarks.soak import hours_audio, passed, soak, table
+from benchmarks.soak import hours_audio, passed, slope_mb_per_h, soak, table
 
 SUBJECTS = "i we you they people my friend the teacher our city this idea".split()
 VERBS = "think know see want made found said built tried loved asked".split()
@@ -76,7 +76,14 @@ def test_punct_soak(server):
     assert total["revisions"] > 0 and total["ticks"] > 0 and total["late_revisions_refused"] > 0
     assert total["other_errors"] == 0
     assert len(figures["streams"]) == 4  # three streams and the warm-up
-    assert figures["memory"]["end_mb"] > 0
+    memory = figures["memory"]
+    assert 0 < memory["max_mb"] < 2000, memory["max_mb"]  # 3 streams: about 1.2 GB on 2 cores
+    assert memory["slope_second_half_mb_per_h"] is not None
+
+
+def test_the_memory_slope_is_a_least_squares_line():
+    assert slope_mb_per_h([(0.0, 100.0), (1800.0, 103.0), (3600.0, 104.0)]) == 4.0
+    assert slope_mb_per_h([(0.0, 100.0)]) is None
 
 
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")

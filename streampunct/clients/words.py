@@ -9,14 +9,17 @@ Each input line is one JSON object, as any recogniser can write it:
     {"revise": 12, "words": [...]}                         replace the words from index 12 on
     {"tick": 3.5}                                          the recogniser's clock, in silence
 
-Punctuated sentences are printed as soon as their last word is final. At most half the words
-the server lets a stream have waiting (its ``ready`` says how many) are sent ahead of the last
-final one, so a file goes as fast as the server computes it and is never refused ``busy``. A line that breaks
+Punctuated sentences are printed as soon as their last word is final. Once half the words the
+server lets a stream have waiting (its ``ready`` says how many) are sent ahead of the last final
+one (and the lookahead), the client waits for the server to compute them, so a file goes as fast
+as the server computes it; words the server still refuses (``busy``: a long line, say) are sent
+again from the word it names (:class:`Resend`), so that every word is final once, in order. A line that breaks
 the protocol (a lone surrogate such as "\\ud800" included) is reported on stderr and skipped; input that
 is not UTF-8 ends the stream there: one line, exit status 2. A session lost on the way
 (the server failed or the connection dropped) still prints the final words received, says what
 happened in one line and exits with status 1. This file is the reference
-for integrators: it is the whole protocol of /v1/punct (docs/protocol.md) in about 60 lines.
+for integrators: it is the whole protocol of /v1/punct (docs/protocol.md) in about 180 lines,
+75 of them the resend of what the server refuses (:class:`Resend`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import IO, Any
 
 from streampunct import protocol as P
@@ -39,7 +42,7 @@ from streampunct.clients.common import (
     send_then_finish,
     stream_config,
 )
-from streampunct.types import PunctEvent
+from streampunct.types import PunctEvent, Word
 
 
 def to_message(line: str, n: int) -> P.ClientMessage:
@@ -64,67 +67,169 @@ def to_message(line: str, n: int) -> P.ClientMessage:
         raise ClientError(f"input line {n}: {e}") from e
 
 
-# Words sent and not final yet, at most, where the server does not say its --max-waiting-words
-# (half of it where it does): a file sent as fast as the server computes is never refused `busy`.
+# Words sent and not final yet beyond the lookahead, at most, where the server does not say its
+# --max-waiting-words (half of it where it does): a file sent as fast as the server computes is
+# rarely refused `busy`.
 IN_FLIGHT = 1000
 
 
+async def until(event: asyncio.Event, receiver: asyncio.Task[None]) -> None:
+    """Wait for ``event``, or for the session to end (the receiver is done)."""
+    waiting = asyncio.ensure_future(event.wait())
+    await asyncio.wait({waiting, receiver}, return_when=asyncio.FIRST_COMPLETED)
+    waiting.cancel()
+
+
 class Flow:
-    """The stream's words sent against its words final: the sender waits while ``in_flight``
-    words are not final (the server computes them in the meantime)."""
+    """The stream's words sent against its words final: once ``in_flight`` words are not final
+    (the ``lookahead`` words a final needs after it, and half of the words the server lets wait),
+    the sender syncs (:class:`Resend`): it waits until the server has computed all it took."""
 
-    def __init__(self, max_waiting_words: int | None = None) -> None:
-        self.in_flight = max(1, max_waiting_words // 2) if max_waiting_words else IN_FLIGHT
-        self.sent = 0
+    def __init__(self, max_waiting_words: int | None = None, lookahead: int = 0) -> None:
+        half = max(1, max_waiting_words // 2) if max_waiting_words else IN_FLIGHT
+        self.in_flight = half + lookahead
+        self.sent = 0  # the stream's words once the server has taken all that was sent
         self.final = 0
-        self.moved = asyncio.Event()
 
-    def sending(self, msg: P.ClientMessage) -> None:
-        if isinstance(msg, P.Words):
-            self.sent += len(msg.words)
-        elif isinstance(msg, P.Revise):
-            self.sent = min(self.sent, msg.index) + len(msg.words)
+    @property
+    def full(self) -> bool:
+        return self.sent - self.final >= self.in_flight
 
     def finals(self, events: tuple[PunctEvent, ...]) -> None:
         self.final = max([self.final, *(e.index + 1 for e in events if e.final)])
-        self.moved.set()
-
-    async def room(self, receiver: asyncio.Task[None]) -> None:
-        """Wait until the words in flight are fewer than ``in_flight`` (or the session is over)."""
-        while self.sent - self.final >= self.in_flight and not receiver.done():
-            self.moved.clear()
-            waiting = asyncio.ensure_future(self.moved.wait())
-            await asyncio.wait({waiting, receiver}, return_when=asyncio.FIRST_COMPLETED)
-            waiting.cancel()
 
 
-async def receive(ws: Any, out: Any, flow: Flow | None = None) -> None:
+class Resend:
+    """Words the server refused (``busy``), sent again from the word it names.
+
+    The server answers a refused message at once, and refuses every later one (same word W) until
+    a ``revise`` at W; which of the messages in flight were taken, it does not say. So on ``busy``
+    the client sends nothing but a sync: a second ``config``, which the server refuses (``bad_state``)
+    after answering every message before it. Once that answer is in, every ``busy`` due has come
+    (none can come later), the last names where the stream stands, the server has computed what it
+    took and its events are in: the resend, ``revise`` at W of the words from W, is taken (pieces
+    of at most ``in_flight`` words follow under the flow). A ``busy`` is thus answered once, never
+    twice nor missed, and a refused resend is sent again after its own sync; the client syncs
+    before ``end`` too (a ``busy`` for the last words comes before its answer). A revise line sent
+    since the last sync that changed words before W is sent again too: ``revise`` at W with no words
+    (words are taken again), a sync, then the words from the revised one. After a message the
+    stream refused (``bad_input``: a revise of final words, say), the stream may not hold what was
+    sent: the words from the first not final are sent again at the next sync (one comes when the
+    flow is full). The client keeps the words from the oldest not final (a resend starts there at
+    the earliest)."""
+
+    SYNC = json.dumps({"type": "config"})
+
+    def __init__(self, flow: Flow) -> None:
+        self.flow = flow
+        self.words: list[Word] = []  # the stream as sent, from word ``base`` (the words before are final)
+        self.base = 0
+        self.todo = 0  # the words from here are to be sent (again)
+        self.revise = False  # the next of them go as a revise at ``todo``, at once
+        self.busy: int | None = None  # where the server last refused words, since the last sync
+        self.low: int | None = None  # the first word a revise changed since the last sync
+        self.failed = False  # a message was refused (bad_input) since the last sync
+        self.unsynced = False  # words or revisions sent since the last sync
+        self.clearing = False  # the revise at W alone went: sync before the words
+        self.answered = asyncio.Event()
+
+    @property
+    def end(self) -> int:
+        return self.base + len(self.words)
+
+    @property
+    def pending(self) -> bool:
+        """Words to send again."""
+        return self.revise or self.todo < self.end
+
+    def answer(self, msg: P.Error) -> bool:
+        """Take the server's ``busy`` or the sync's answer (True); any other error is not ours."""
+        self.failed |= msg.code == "bad_input"
+        if msg.code == "busy" and msg.word is not None:
+            self.busy = self.flow.sent = msg.word  # what the stream has
+        elif msg.code == "bad_state":
+            self.answered.set()
+        else:
+            return False
+        return True
+
+    def take(self, msg: P.ClientMessage) -> None:
+        """A line's message is sent: its words are kept (a revision the server will refuse is not)."""
+        if isinstance(msg, P.Words):
+            self.words += msg.words
+        elif isinstance(msg, P.Revise) and max(self.base, self.flow.final) <= msg.index <= self.end:
+            self.changed(msg.index)
+            self.words[msg.index - self.base :] = msg.words
+        self.todo = self.flow.sent = self.end
+        self.unsynced |= not isinstance(msg, P.Tick)
+
+    def changed(self, index: int) -> None:
+        """A revise at ``index`` is sent: one before the words sent changes them."""
+        if index < self.flow.sent:
+            self.low = index if self.low is None else min(self.low, index)
+
+    def piece(self) -> P.ClientMessage | None:
+        """The next message of a resend, None when there is none."""
+        final = max(self.base, min(self.flow.final, self.todo))
+        del self.words[: final - self.base]  # final: never sent again
+        self.base = final
+        if not self.pending:
+            return None
+        n = min(self.flow.in_flight, P.MAX_WORDS_PER_MESSAGE)
+        words = tuple(self.words[self.todo - self.base : self.todo - self.base + n])
+        msg = P.Revise(self.todo, words) if self.revise else P.Words(words)
+        if self.revise:
+            self.changed(self.todo)
+        self.revise, self.todo, self.unsynced = False, self.todo + len(words), True
+        self.flow.sent = self.todo
+        return msg
+
+    async def sync(self, receiver: asyncio.Task[None]) -> AsyncIterator[str]:
+        """The sync, then its answer; where words were refused, the resend starts."""
+        self.answered.clear()
+        yield self.SYNC
+        await until(self.answered, receiver)
+        refused, final, failed, low = self.busy, self.flow.final, self.failed, self.low
+        self.busy, self.low, self.failed, self.unsynced, self.clearing = None, None, False, False, False
+        if failed:  # the stream may differ from what was sent: again from its first word not final
+            start = final
+            if final > self.end:
+                self.words, self.base = [], final
+        elif refused is None or refused < final:  # all taken (a revise line at W took words again,
+            if not self.revise:  # and the stream went past W; after the revise at W alone, the
+                self.flow.sent = self.todo  # stream still ends at W)
+            return
+        else:  # from W, or from a word before it that a revise line changed
+            start = max(final, refused if low is None else min(low, refused))
+        self.todo, self.revise = start, True
+        if refused is not None and start != refused:  # first a revise at W alone: words are taken again
+            self.low = start if start < refused else None  # (kept: a refusal of it sends those again)
+            self.clearing = self.unsynced = True
+            yield P.Revise(refused, ()).to_json()
+
+
+async def receive(ws: Any, out: Any, resend: Resend | None = None) -> None:
     captioner = Captioner(line_chars=None)  # whole sentences: this is text, not live captions
     try:
         async for msg in messages(ws):
             if isinstance(msg, P.Events):
-                if flow is not None:
-                    flow.finals(msg.events)
+                if resend is not None:
+                    resend.flow.finals(msg.events)
                 for c in captioner.add(msg.events):
                     print(c.text, file=out, flush=True)
-            elif isinstance(msg, P.Error):
+            elif isinstance(msg, P.Error) and not (resend is not None and resend.answer(msg)):
                 print(f"server: {msg.code}: {msg.message}", file=sys.stderr, flush=True)
     finally:  # the end, or a lost session: the final words of the last sentence are printed too
         for c in captioner.flush():
             print(c.text, file=out, flush=True)
 
 
-async def lines(source: IO[bytes], flow: Flow, receiver: asyncio.Task[None]) -> AsyncIterator[str]:
-    """The protocol messages of the input lines, each once ``flow`` has room for it; a bad line is
-    reported and skipped. Input that is not UTF-8 ends the input (a ClientError, once the stream
-    is finished)."""
+async def lines(source: IO[bytes]) -> AsyncGenerator[P.ClientMessage, None]:
+    """The protocol messages of the input lines; a bad line is reported and skipped. Input that
+    is not UTF-8 ends the input (a ClientError)."""
     loop = asyncio.get_running_loop()
     n = 0
-    while True:
-        await flow.room(receiver)
-        raw = await loop.run_in_executor(None, source.readline)  # the loop stays free
-        if not raw:
-            return
+    while raw := await loop.run_in_executor(None, source.readline):  # the loop stays free
         n += 1
         try:
             line = raw.decode()
@@ -137,17 +242,47 @@ async def lines(source: IO[bytes], flow: Flow, receiver: asyncio.Task[None]) -> 
         except ClientError as e:  # the stream goes on
             print(f"streampunct words: skipped: {e}", file=sys.stderr, flush=True)
             continue
-        flow.sending(message)
-        yield message.to_json()
+        yield message
+
+
+async def outgoing(source: IO[bytes], resend: Resend, receiver: asyncio.Task[None]) -> AsyncIterator[str]:
+    """What the client sends, in order: each input line (after a sync while the flow is full), the
+    resends (after their syncs) before any line read since, and a last sync before ``end``. Input
+    that is not UTF-8 is raised (a ClientError) once what was read is sent."""
+    reader, flow = lines(source), resend.flow
+    held: P.ClientMessage | None = None  # a line read, not sent yet
+    more, error = True, None
+    while not receiver.done():
+        done = not (more or held is not None or resend.pending)
+        if done and not resend.unsynced and resend.busy is None:
+            break  # all sent, and all taken: the end
+        if resend.busy is not None or resend.clearing or done or (resend.unsynced and flow.full):
+            async for out in resend.sync(receiver):
+                yield out
+        elif (piece := resend.piece()) is not None:
+            yield piece.to_json()
+        elif held is None:
+            try:
+                held = await anext(reader, None)
+            except ClientError as e:
+                error = e
+            more = held is not None
+        else:
+            resend.take(held)
+            yield held.to_json()
+            held = None
+    await reader.aclose()
+    if error is not None:
+        raise error
 
 
 async def main(args: argparse.Namespace) -> int:
     source = open(args.file, "rb") if args.file else sys.stdin.buffer  # noqa: SIM115
     ws, ready = await open_stream(args.url, "/v1/punct", stream_config(args), args.token)
-    flow = Flow(ready.max_waiting_words)
+    resend = Resend(Flow(ready.max_waiting_words, ready.lookahead))
     async with ws:
-        receiver = asyncio.create_task(receive(ws, sys.stdout, flow))
-        await send_then_finish(ws, lines(source, flow, receiver), receiver)
+        receiver = asyncio.create_task(receive(ws, sys.stdout, resend))
+        await send_then_finish(ws, outgoing(source, resend, receiver), receiver)
     return 0
 
 

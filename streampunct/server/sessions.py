@@ -387,8 +387,9 @@ class AsrSession(Session):
     the ASR worker whenever enough audio waits. When it falls behind real time, the recogniser
     skips to recent audio (streampunct.speech.recognizer's catch-up policy) and the client gets a ``lag``
     message; the connection stays open. What recognition finds is punctuated by a third task, in
-    order, so that neither reading the socket nor recognition waits on the batcher. The sessions
-    share the one ASR worker in turns: each has at most one pass queued there."""
+    order, so that reading the socket never waits on the batcher, and recognition only once two
+    passes' words wait for it (else captions would fall minutes behind an overloaded batcher). The
+    sessions share the one ASR worker in turns: each has at most one pass queued there."""
 
     audio = True
     endpoint = "asr"
@@ -494,6 +495,8 @@ class AsrSession(Session):
         loop = asyncio.get_running_loop()
         try:
             while True:
+                if len(self.outbox) > 1:  # punctuation is behind: no pass before it catches up
+                    await self.settled.wait()  # (the recogniser then skips what is too late to caption)
                 if not self.pipeline.ready():
                     if self.ending:
                         return
