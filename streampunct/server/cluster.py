@@ -49,7 +49,7 @@ from typing import Any
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import Close
-from websockets.http11 import Request
+from websockets.http11 import Request, Response
 
 from ..errors import InputError, StreamPunctError
 from ..flags import add_int8_flag
@@ -209,13 +209,10 @@ class ClusterApp(App):
         self.remote = RemoteBatcher(encoder)
         super().__init__(None, batcher=self.remote, access=access, limits=limits)
 
-    async def admit(self, request: Request, port: int, peer: str | None) -> HttpResponse | None:  # type: ignore[override]
-        """``serve``'s guard, on the encoder's load as it is now; a refusal as Starlette sends it."""
+    async def admit(self, request: Request, port: int, peer: str | None) -> Response | None:
+        """``serve``'s guard, on the encoder's load as it is now."""
         await self.remote.refresh()
-        refusal = await super().admit(request, port, peer)
-        if refusal is None:
-            return None
-        return HttpResponse(refusal.body, refusal.status_code, dict(refusal.headers.raw_items()))
+        return await super().admit(request, port, peer)
 
     async def handler(self, connection: Any) -> None:
         """A session; its stream is forgotten in the encoder however the session ended (a
@@ -323,7 +320,8 @@ class SessionReplica:
     async def punct(self, websocket: WebSocket) -> None:
         refusal = await self.server().admit(*handshake(websocket))
         if refusal is not None:  # an HTTP answer to the handshake, as serve gives it
-            await websocket.send_denial_response(refusal)
+            body, headers = refusal.body, dict(refusal.headers.raw_items())
+            await websocket.send_denial_response(HttpResponse(body, refusal.status_code, headers))
             return
         await websocket.accept()
         connection = StarletteConnection(websocket, "/v1/punct")

@@ -194,6 +194,17 @@ class Session:
         task.result()
         return True
 
+    async def failed(self, what: str, who: str) -> None:
+        """A task of this session (``what``) failed: logged and counted, the client told where the
+        stream stopped, the connection closed (1011); other sessions go on."""
+        final = self.stream.n_final
+        log.exception(f"{what}_failed", extra={"fields": {"session": self.id, "word": final}})
+        self.app.metrics.failed.labels(self.endpoint).inc()
+        with contextlib.suppress(ConnectionClosed):
+            message = f"{who} failed on this stream; it is closed (words before {final} are final)"
+            await self.send(P.Error("internal", message, final))
+            await self.connection.close(1011, "internal error")
+
     async def configure(self, cfg: P.Config) -> None:
         raise NotImplementedError
 
@@ -340,13 +351,7 @@ class PunctSession(Session):
         except ConnectionClosed:
             pass  # the receive loop sees it too
         except Exception:
-            final = self.stream.n_final
-            log.exception("session_failed", extra={"fields": {"session": self.id, "word": final}})
-            self.app.metrics.failed.labels(self.endpoint).inc()
-            with contextlib.suppress(ConnectionClosed):
-                message = f"the server failed on this stream; it is closed (words before {final} are final)"
-                await self.send(P.Error("internal", message, final))
-                await self.connection.close(1011, "internal error")
+            await self.failed("session", "the server")
 
     def took(self, words: tuple[Word, ...], now: float | None) -> None:
         """The stream took these words (a revision's too): its clock has reached their times and ``now``."""
@@ -511,7 +516,7 @@ class AsrSession(Session):
                 self.progress.set()
                 self.post(self.pipeline.heard(hyp))
         except Exception:
-            await self.failed("recognition")
+            await self.failed("recognition", "speech recognition")
         finally:
             self.progress.set()
 
@@ -545,20 +550,9 @@ class AsrSession(Session):
         except ConnectionClosed:
             pass  # the receive loop sees it too
         except Exception:
-            await self.failed("punctuation")
+            await self.failed("punctuation", "punctuation")
         finally:
             self.settled.set()
-
-    async def failed(self, what: str) -> None:
-        """A task of this session failed: the client is told and the connection closed (1011)."""
-        log.exception(f"{what}_failed", extra={"fields": {"session": self.id}})
-        self.app.metrics.failed.labels(self.endpoint).inc()
-        with contextlib.suppress(ConnectionClosed):
-            message = (
-                f"{'speech ' if what == 'recognition' else ''}{what} failed on this stream; it is closed"
-            )
-            await self.send(P.Error("internal", message, self.stream.n_final))
-            await self.connection.close(1011, "internal error")
 
     async def stop_recognition(self) -> None:
         """However the session ends, its recognition and punctuation tasks end with it; a pass
