@@ -203,7 +203,7 @@ JSON_BOMBS = (
     "[]",
     '"type"',
 )
-KNOWN_TYPES = ("config", "words", "revise", "tick", "end", PROBE_TYPE)
+KNOWN_TYPES = ("config", "words", "revise", "tick", "sync", "end", PROBE_TYPE)
 
 no_surrogates = st.characters(exclude_categories=("Cs",))
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(no_surrogates, max_size=12)
@@ -819,8 +819,9 @@ def _check_reply(endpoint: str, msg: dict[str, Any], s: Stream, problems: list[s
         s.ended = True
 
 
-def _apply(endpoint: str, h: Hostile, s: Stream) -> None:
-    """A message taken: the stream as the server now holds it."""
+def _apply(endpoint: str, h: Hostile, s: Stream, refused: bool = False) -> None:
+    """A message taken: the stream as the server now holds it. ``refused``: a revise the session
+    took and the stream then refused (final words): the recogniser's clock it carries still counts."""
     if h.frame == "binary":
         s.samples += h.size // 2
         return
@@ -833,6 +834,8 @@ def _apply(endpoint: str, h: Hostile, s: Stream) -> None:
             w.get("end") if w.get("end") is not None else w.get("start") for w in words if isinstance(w, dict)
         ]
         s.clock = max([s.clock, *(t for t in [msg.get("now"), *ends] if t is not None)])
+    if refused:
+        return
     if endpoint == "punct" and msg["type"] == "words":
         s.texts += texts
     elif endpoint == "punct" and msg["type"] == "revise":
@@ -914,8 +917,8 @@ async def run_script(url: str, script: Script, timeout: float = ANSWER_TIMEOUT_S
                     problems.append(f"internal: {h!r} got an internal error: {replies}")
                 elif outcome not in allowed:
                     problems.append(f"expect: {h!r} got {outcome}, expected {sorted(allowed)}")
-                if outcome == "ok":
-                    _apply(endpoint, h, s)
+                if outcome == "ok" or (h.expect == (REVISE,) and outcome == "bad_input"):
+                    _apply(endpoint, h, s, refused=outcome != "ok")
                 for reply in replies:
                     if reply["type"] == "ready":
                         s.configured = True

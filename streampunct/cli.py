@@ -374,7 +374,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("export-onnx", help="write the light model as an ONNX graph (needs the onnx package)")
     p.add_argument("out", help="the .onnx file to write")
     p.add_argument(
-        "--model", default="light", metavar="NAME|DIR", help="light (the default) or a light checkpoint"
+        "--model",
+        required=True,
+        metavar="DIR",
+        help="a light checkpoint folder (docs/training.md: none ships)",
     )
     p.set_defaults(run=cmd_export_onnx)
 

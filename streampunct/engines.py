@@ -25,12 +25,12 @@ first property (``tests/test_stream.py``, ``tests/test_stream_states.py``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from .errors import InputError
-from .incremental import WindowState, compute_many
+from .incremental import WindowState
 from .light import LightEngine, LightModel
 from .model import PunctModel
 from .pieces import WordPieces, collate, collate_tags, plan_windows
@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 __all__ = [
     "Engine",
     "EngineStream",
+    "Work",
+    "compute_many",
     "MaskedEngine",
     "WindowEngine",
     "Tokens",
@@ -53,6 +55,23 @@ __all__ = [
 ]
 
 Pieces = tuple[int, ...]
+
+
+class Work(Protocol):
+    """A stream's model work for one step, of one engine's kind: many streams' work of a kind is
+    computed together by the kind's own :meth:`compute_all` (:func:`compute_many`)."""
+
+    @classmethod
+    def compute_all(cls, work: Sequence[Any]) -> None: ...
+
+
+def compute_many(work: Sequence[Work]) -> None:
+    """Many streams' work for a step: each kind's in one batched computation of its own."""
+    kinds: dict[type[Work], list[Work]] = {}
+    for w in work:
+        kinds.setdefault(type(w), []).append(w)
+    for kind, items in kinds.items():
+        kind.compute_all(items)
 
 
 class EngineStream(Protocol):
@@ -74,8 +93,8 @@ class EngineStream(Protocol):
     def close(self) -> None:
         """No more tokens will come."""
 
-    def work(self, first_open: int) -> list[WindowState]:
-        """The windows this step's decisions read; ``first_open`` is the first token not final."""
+    def work(self, first_open: int) -> Sequence[Work]:
+        """The model work this step's decisions read; ``first_open`` is the first token not final."""
 
     def decide(self, t: int, ahead: int) -> torch.Tensor:
         """The (n_labels,) logits, decision offsets added, of token ``t``'s final decision from
@@ -402,19 +421,49 @@ class WindowEngine(_Engine):
 
 
 MAX_PASSES = 32  # window passes one stream computes at once: what a long push holds in memory
+PASS_BATCH = 64  # window passes in one padded forward
+
+
+class WindowPass:
+    """One pass of the window engine: a token's window, every word seeing every word. It holds its
+    word pieces, then its words' logits; many streams' passes are computed together, padded, by
+    the model's own forward (:meth:`compute_all`), as :meth:`WindowEngine.logits` computes a text."""
+
+    def __init__(self, engine: WindowEngine, pieces: list[Pieces]):
+        self.engine, self.pieces = engine, pieces
+        self.rows: torch.Tensor | None = None  # (words, n_labels) CPU logits, offsets added
+
+    def logits(self, word: int) -> torch.Tensor:
+        """A word's logits, decided with the words after it in the pass as its lookahead."""
+        if self.rows is None:
+            self.compute_all([self])
+        assert self.rows is not None
+        return self.rows[word]
+
+    @classmethod
+    def compute_all(cls, passes: Sequence[WindowPass]) -> None:
+        todo = [p for p in passes if p.rows is None]
+        for model in {id(p.engine.model): p.engine.model for p in todo}.values():
+            mine = [p for p in todo if p.engine.model is model]
+            for i in range(0, len(mine), PASS_BATCH):
+                batch = mine[i : i + PASS_BATCH]
+                logits = _forward(model, [p.pieces for p in batch], None)  # (B, W, n_labels)
+                n = torch.tensor([len(p.pieces) for p in batch])
+                ahead = n[:, None] - 1 - torch.arange(logits.shape[1])  # the words after each in its pass
+                logits = model.window_offsets(logits, ahead.clamp(min=0))
+                for p, rows in zip(batch, logits):
+                    p.rows = rows[: len(p.pieces)]
 
 
 class WindowStream:
     """The window engine's state for one stream: each step, one pass per token that has its
-    full lookahead, and one over the newest tokens whose rows give the provisional labels. The
-    passes are :class:`~streampunct.incremental.WindowState` without a mask, so that many
-    streams' passes batch together. Each pass holds every layer's rows, keys and values, so a
-    long push is decided MAX_PASSES passes at a time, each dropped once its token is decided."""
+    full lookahead, and one over the newest tokens whose rows give the provisional labels. A long
+    push is decided MAX_PASSES passes at a time, each dropped once its token is decided."""
 
     def __init__(self, engine: WindowEngine, lookahead: int):
         self.engine, self.model, self.k = engine, engine.model, lookahead
         self.tokens = Tokens(slack=4 * self.model.cfg.block)
-        self.passes: dict[tuple[int, int], WindowState] = {}  # this step's, by tokens (start, end)
+        self.passes: dict[tuple[int, int], WindowPass] = {}  # this step's, by tokens (start, end)
 
     @property
     def held(self) -> int:
@@ -430,14 +479,12 @@ class WindowStream:
     def close(self) -> None:
         pass
 
-    def _pass(self, t: int, end: int) -> tuple[WindowState, int]:
+    def _pass(self, t: int, end: int) -> tuple[WindowPass, int]:
         """The pass that decides token ``t`` from the tokens before ``end``, and its first token."""
         start = self.engine.window_start(t)
         state = self.passes.get((start, end))
         if state is None:
-            state = self.passes[start, end] = WindowState(self.model, None, self.engine.offsets)
-            for pieces in self.tokens.span(start, end):
-                state.append(pieces)
+            state = self.passes[start, end] = WindowPass(self.engine, self.tokens.span(start, end))
         return state, start
 
     def _tail(self, first_open: int) -> int:
@@ -445,13 +492,13 @@ class WindowStream:
         lookahead (decided this step, so the pass is shared), or the last final one."""
         return max(0, first_open - 1, self.tokens.end - 1 - self.k)
 
-    def _full(self, first: int) -> list[WindowState]:
+    def _full(self, first: int) -> list[WindowPass]:
         """The passes of the tokens from ``first`` on that have their full lookahead, at most
         MAX_PASSES of them."""
         last = min(self.tokens.end - self.k, first + MAX_PASSES)
         return [self._pass(t, t + self.k + 1)[0] for t in range(first, last)]
 
-    def work(self, first_open: int) -> list[WindowState]:
+    def work(self, first_open: int) -> list[WindowPass]:
         self._full(first_open)
         if self.tokens.end:
             self._pass(self._tail(first_open), self.tokens.end)
@@ -460,7 +507,7 @@ class WindowStream:
     def decide(self, t: int, ahead: int) -> torch.Tensor:
         end = t + ahead + 1
         if ahead == self.k and (self.engine.window_start(t), end) not in self.passes:
-            compute_many(self._full(t))  # a long push: its next passes, together
+            WindowPass.compute_all(self._full(t))  # a long push: its next passes, together
         state, start = self._pass(t, end)
         logits = state.logits(t - start)
         if end < self.tokens.end:  # only a pass to the newest token serves again (provisional)

@@ -5,11 +5,9 @@ output of layer ``l`` for word ``w`` depends on words up to ``w + reach_l`` wher
 ``reach_l = k_1 + .. + k_l``. When words change from word ``w0`` on (appended, or a revised tail),
 layer ``l`` must recompute only the rows of words ``>= w0 - reach_l``; every other row, and the keys
 and values made from it, is kept. A new word therefore costs ``O(k + 1)`` rows per layer and one
-attention of those rows over the window, instead of a forward pass over the whole window.
-
-A window without a lookahead (``None``) is one pass of the window engine (see
-:mod:`streampunct.punctuator`): every word sees every word, so it is computed whole, and a word's
-logits are decided as seen with the words after it in the window as its lookahead.
+attention of those rows over the window, instead of a forward pass over the whole window. (The
+window engine's passes, where every word sees every word, are computed whole:
+:class:`~streampunct.engines.WindowPass`.)
 """
 
 from __future__ import annotations
@@ -22,12 +20,11 @@ from typing import cast
 import torch
 
 from .errors import InputError
-from .light import LightWork, compute_light
 from .model import Layer, PunctModel, layer_lookaheads, window_limit
 
 Offsets = Callable[[torch.Tensor, int], torch.Tensor]  # an engine's decision offsets (logits, words ahead)
 
-__all__ = ["WindowState", "compute_many"]
+__all__ = ["WindowState", "compute_windows"]
 
 
 CHUNK = 64  # a window's rows grow in steps of this many
@@ -40,21 +37,13 @@ class WindowState:
     place: a new word writes its own rows and copies nothing else.
     """
 
-    def __init__(self, model: PunctModel, lookahead: int | None, offsets: Offsets):
+    def __init__(self, model: PunctModel, lookahead: int, offsets: Offsets):
         self.model = model
         self.offsets = offsets  # the engine's decision offsets (logits, words ahead) -> logits
         cfg = model.cfg
-        if cfg.interaction or cfg.masked_stream:
-            raise InputError(
-                "a two-stream teacher labels whole windows (label_tokens, predict); it is not streamed"
-            )
         self.lookahead = lookahead
-        self.ks = layer_lookaheads(lookahead, cfg.n_layer)
-        self.reach: list[float] = (  # inf: a window-engine pass recomputes every row
-            [math.inf] * cfg.n_layer
-            if lookahead is None
-            else list(itertools.accumulate(k for k in self.ks if k is not None))
-        )
+        self.ks = [k for k in layer_lookaheads(lookahead, cfg.n_layer) if k is not None]  # all, at a k
+        self.reach = list(itertools.accumulate(self.ks))
         self.device = next(model.parameters()).device
         self.ids: list[int] = [cfg.cls_id]
         self.word_pos: list[int] = [-1]
@@ -109,18 +98,23 @@ class WindowState:
             self.fusion_keys = self.fusion_keys[:, :, :n_words]
             self.fusion_values = self.fusion_values[:, :, :n_words]
 
-    def _first_piece(self, word: float) -> int:
-        """First piece of ``word``; a word before the first (down to -inf) is [CLS]."""
+    def _first_piece(self, word: int) -> int:
+        """First piece of ``word``; a word before the first is [CLS]."""
         if word < 0:
             return 0  # [CLS]
-        return self.word_start[int(word)] if word < self.n_words else len(self.ids)
+        return self.word_start[word] if word < self.n_words else len(self.ids)
 
     def stale(self) -> bool:
         return self.dirty < self.n_words or self.rows[-1] != len(self.ids)
 
     def compute(self) -> None:
         """Bring every layer's rows up to date with the words now in the window."""
-        compute_many([self])
+        compute_windows([self])
+
+    @classmethod
+    def compute_all(cls, windows: Sequence[WindowState]) -> None:
+        """Many streams' windows, computed together (:func:`compute_windows`)."""
+        compute_windows(windows)
 
     def _last_piece(self, word: int) -> int:
         return (self.word_start[word + 1] if word + 1 < self.n_words else len(self.ids)) - 1
@@ -139,7 +133,7 @@ class WindowState:
         top = self.h(m.cfg.n_layer)
         if not m.cfg.n_tags:
             logits = m.head(top[self._last_piece(word)]).float().cpu()
-            return self.offsets(logits, self._ahead(word))
+            return self.offsets(logits, self.lookahead)
         if tags is None or len(tags) < word + 1:
             raise InputError("a POS-fused model needs the tags of the window's words up to this one")
         kept = min(self.fusion_keys.shape[2], word)
@@ -156,31 +150,23 @@ class WindowState:
         everything = torch.ones(1, 1, 1, word + 1, dtype=torch.bool, device=self.device)
         attended = fusion.attn.attend(q[:, :, -1:], keys, values, everything)
         return self.offsets(
-            m.head(fusion.after_attention(z[:, -1:], attended)[0, 0]).float().cpu(), self._ahead(word)
+            m.head(fusion.after_attention(z[:, -1:], attended)[0, 0]).float().cpu(), self.lookahead
         )
-
-    def _ahead(self, word: int) -> int:
-        """The words a decision on ``word`` sees ahead: the window's lookahead, or in a
-        window-engine pass (no lookahead mask) the words after it in the pass."""
-        return self.n_words - 1 - word if self.lookahead is None else self.lookahead
 
 
 @torch.no_grad()
-def compute_many(windows: Sequence[WindowState | LightWork]) -> None:
+def compute_windows(windows: Sequence[WindowState]) -> None:
     """Bring many windows up to date in one pass per layer (per model).
 
     Each window recomputes only its stale rows (see the module docstring). The rows of all windows
     go through each layer's projections and feed-forward together, as one flat batch, so that B
     streams cost one batched pass; attention runs per window, over that window's own keys.
     """
-    light = [w for w in windows if isinstance(w, LightWork)]
-    if light:  # a light model's streams (streampunct.light)
-        compute_light(light)
-    todo = [w for w in windows if isinstance(w, WindowState) and w.stale()]
+    todo = [w for w in windows if w.stale()]
     models = {id(w.model) for w in todo}
     if len(models) > 1:  # one pass per model
         for model_id in models:
-            compute_many([w for w in todo if id(w.model) == model_id])
+            compute_windows([w for w in todo if id(w.model) == model_id])
         return
     if not todo:
         return
@@ -200,7 +186,7 @@ def compute_many(windows: Sequence[WindowState | LightWork]) -> None:
         w.buf[0, dp:t] = rows
         w.rows[0] = t
     word_pos = [torch.tensor(w.word_pos, device=dev) for w in todo]
-    biases: list[dict[tuple[int | None, int], torch.Tensor]] = [{} for _ in todo]  # attention masks
+    biases: list[dict[tuple[int, int], torch.Tensor]] = [{} for _ in todo]  # attention masks
     positions = torch.arange(max(T), device=dev)
     scale = (m.cfg.n_embd // nh) ** -0.5
     # cast: nn.ModuleList is typed to yield Module, whose attributes mypy sees as Tensor | Module
@@ -220,10 +206,7 @@ def compute_many(windows: Sequence[WindowState | LightWork]) -> None:
             n, k = t - db, w.ks[i]
             key = (k, db)
             if key not in biases[b]:  # [CLS] is word -1: every word sees it
-                if k is None:
-                    allowed = torch.ones(t - db, t, dtype=torch.bool, device=dev)
-                else:
-                    allowed = word_pos[b][None, :t] <= word_pos[b][db:t, None] + k  # (n, t)
+                allowed = word_pos[b][None, :t] <= word_pos[b][db:t, None] + k  # (n, t)
                 rel = m.position_bias(positions[db:t], positions[:t])  # (nh, n, t) or None
                 biases[b][key] = torch.where(allowed, 0.0 if rel is None else rel, -math.inf)
             scores = torch.baddbmm(

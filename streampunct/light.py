@@ -386,6 +386,10 @@ class LightWork:
     def model(self) -> LightModel:
         return self.stream.model
 
+    @classmethod
+    def compute_all(cls, works: Sequence[LightWork]) -> None:
+        compute_light(works)
+
 
 @torch.no_grad()
 def compute_states(streams: Sequence[LightStream]) -> None:

@@ -479,12 +479,16 @@ class PunctModel(Encoder):
         rows = self._label_bias
         return logits + rows[-1 if lookahead is None else min(lookahead, len(rows) - 2)]
 
-    def window_offsets(self, logits: torch.Tensor, lookahead: int) -> torch.Tensor:
+    def window_offsets(self, logits: torch.Tensor, lookahead: int | torch.Tensor) -> torch.Tensor:
         """CPU logits (..., n_labels) plus the window engine's decision offsets for ``lookahead``
-        (``window_bias``: a row per lookahead from k=0, the last for every larger k)."""
+        (``window_bias``: a row per lookahead from k=0, the last for every larger k); a tensor of
+        lookaheads gives each row of ``logits`` its own."""
         if self._window_bias is None:
             return logits
-        return logits + self._window_bias[min(lookahead, len(self._window_bias) - 1)]
+        top = len(self._window_bias) - 1
+        if isinstance(lookahead, torch.Tensor):
+            return logits + self._window_bias[lookahead.clamp(max=top)]
+        return logits + self._window_bias[min(lookahead, top)]
 
     def forward(
         self,

@@ -68,23 +68,34 @@ class WordPieces:
 def collate(
     windows: Sequence[Sequence[tuple[int, ...]]], cfg: ModelConfig
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Word pieces of B windows -> input_ids (B, T), word_pos (B, T), word_ends (B, W), padded."""
-    T = 1 + max(sum(len(p) for p in w) for w in windows)
-    W = max(len(w) for w in windows)
-    input_ids = torch.full((len(windows), T), cfg.pad_id, dtype=torch.long)
-    word_pos = torch.full((len(windows), T), -1, dtype=torch.long)
-    word_ends = torch.zeros((len(windows), W), dtype=torch.long)
-    for b, pieces in enumerate(windows):
-        ids = [cfg.cls_id]
-        pos = [-1]
-        for i, p in enumerate(pieces):
-            ids.extend(p)
-            pos.extend([i] * len(p))
-            word_ends[b, i] = len(ids) - 1
-        input_ids[b, : len(ids)] = torch.tensor(ids)
-        word_pos[b, : len(pos)] = torch.tensor(pos)
+    """Word pieces of B windows -> input_ids (B, T), word_pos (B, T), word_ends (B, W), padded.
+
+    Built with a few tensor operations over all the windows' pieces at once: Python touches each
+    word once (its pieces), never each piece's place."""
+    n_words = torch.tensor([len(w) for w in windows])  # (B,)
+    words = [p for w in windows for p in w]
+    n_pieces = torch.tensor([len(p) for p in words], dtype=torch.long)  # (words,)
+    window_of = torch.repeat_interleave(torch.arange(len(windows)), n_words)  # each word's window
+    first_word = torch.cumsum(n_words, 0) - n_words
+    word_in_window = torch.arange(len(words)) - first_word[window_of]
+    per_window = torch.zeros(len(windows), dtype=torch.long).index_add_(0, window_of, n_pieces)
+    T = 1 + int(per_window.max()) if len(windows) else 1
+    W = int(n_words.max()) if len(windows) else 0
     if T > window_limit(cfg):
         raise InputError(f"window of {T} pieces exceeds the model's {window_limit(cfg)} positions")
+    # piece p of word w sits at 1 + (pieces before w in its window) + p
+    first_piece = torch.cumsum(n_pieces, 0) - n_pieces  # over all windows
+    start = first_piece - (torch.cumsum(per_window, 0) - per_window)[window_of] + 1  # (words,)
+    piece_word = torch.repeat_interleave(torch.arange(len(words)), n_pieces)
+    place = start[piece_word] + torch.arange(len(piece_word)) - first_piece[piece_word]
+    rows = window_of[piece_word]
+    input_ids = torch.full((len(windows), T), cfg.pad_id, dtype=torch.long)
+    word_pos = torch.full((len(windows), T), -1, dtype=torch.long)
+    input_ids[:, 0] = cfg.cls_id
+    input_ids[rows, place] = torch.tensor([i for p in words for i in p], dtype=torch.long)
+    word_pos[rows, place] = word_in_window[piece_word]
+    word_ends = torch.zeros((len(windows), W), dtype=torch.long)
+    word_ends[window_of, word_in_window] = start + n_pieces - 1
     return input_ids, word_pos, word_ends
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "Words",
     "Revise",
     "Tick",
+    "Sync",
     "End",
     "Ready",
     "Events",
@@ -38,6 +39,7 @@ __all__ = [
     "Finished",
     "Error",
     "Lag",
+    "Synced",
     "ClientMessage",
     "ServerMessage",
     "parse",
@@ -271,6 +273,23 @@ class Tick(Message):
 
 
 @dataclass(frozen=True)
+class Sync(Message):
+    """/v1/punct: the server answers it (:class:`Synced`) once it has answered every message before
+    it: a client refused ``busy`` then has every refusal due. ``id``: any integer, given back."""
+
+    type: ClassVar[str] = "sync"
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("id",)
+    id: int | None = None
+
+    @classmethod
+    def from_dict(cls, msg: dict[str, Any]) -> Sync:
+        ident = msg.get("id")
+        if ident is not None and (isinstance(ident, bool) or not isinstance(ident, int)):
+            raise ProtocolError("bad_message", f'"id" must be an integer, got {quote(ident)}')
+        return cls(ident)
+
+
+@dataclass(frozen=True)
 class End(Message):
     """The client is done: every word becomes final, then the server sends :class:`Finished`."""
 
@@ -411,22 +430,35 @@ class Lag(Message):
         return cls(round(end - start, 3), start, end, compute_ratio)
 
 
-ClientMessage: TypeAlias = Config | Words | Revise | Tick | End
-ServerMessage: TypeAlias = Ready | Events | Recognised | Captioned | Finished | Error | Lag
+@dataclass(frozen=True)
+class Synced(Message):
+    """/v1/punct: the answer to a :class:`Sync` (its ``id``, or None), after the answers to every
+    message before it: the stream then holds ``words`` words, ``final`` of them final."""
 
-_CLIENT: dict[str, Any] = {m.type: m for m in (Words, Revise, Tick, End)}
-_SERVER: dict[str, Any] = {m.type: m for m in (Ready, Events, Recognised, Captioned, Finished, Error, Lag)}
+    type: ClassVar[str] = "synced"
+    id: int | None
+    words: int
+    final: int
+
+
+ClientMessage: TypeAlias = Config | Words | Revise | Tick | Sync | End
+ServerMessage: TypeAlias = Ready | Events | Recognised | Captioned | Finished | Error | Lag | Synced
+
+_CLIENT: dict[str, Any] = {m.type: m for m in (Words, Revise, Tick, Sync, End)}
+_SERVER: dict[str, Any] = {
+    m.type: m for m in (Ready, Events, Recognised, Captioned, Finished, Error, Lag, Synced)
+}
 
 
 def read_client(text: str | bytes, audio: bool = False) -> ClientMessage:
-    """A configured stream's client message: on /v1/punct (``words``, ``revise``, ``tick``, ``end``)
-    or, with ``audio``, a text message on /v1/asr (``end``). A config raises ``bad_state``."""
+    """A configured stream's client message: on /v1/punct (``words``, ``revise``, ``tick``, ``sync``,
+    ``end``) or, with ``audio``, a text message on /v1/asr (``end``). A config raises ``bad_state``."""
     msg = parse(text)
     kind = msg["type"]
     if kind == "config":
         raise ProtocolError("bad_state", "this stream is already configured")
     if kind not in _CLIENT or (audio and kind != "end"):
-        known = 'send binary audio, then "end"' if audio else "config, words, revise, tick, end"
+        known = 'send binary audio, then "end"' if audio else "config, words, revise, tick, sync, end"
         raise ProtocolError("unknown_type", f"unknown message type {quote(kind)} ({known})")
     message: ClientMessage = _CLIENT[kind].from_dict(msg)
     return message

@@ -2,7 +2,7 @@
 
 :func:`run_batch` is the synchronous core: it prepares every job's call on its stream
 (:meth:`~streampunct.stream.PunctStream.prepare`), computes the pending work of all the streams
-together (:func:`~streampunct.incremental.compute_many`), then lets each stream complete its call.
+together (:func:`~streampunct.engines.compute_many`), then lets each stream complete its call.
 :class:`Batcher` is the asyncio front: one worker task takes the jobs that are waiting and runs
 them in a worker thread, and wakes each caller with its events.
 
@@ -44,8 +44,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from .engines import compute_many
 from .errors import InputError, StreamPunctError
-from .incremental import compute_many
 from .stream import Call, Finish, PunctStream, Push, Revise, Tick
 from .types import PunctEvent, Word
 

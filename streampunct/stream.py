@@ -28,7 +28,7 @@ two of them ("do n't"), and "--" is none (it is labelled O).
 nothing, :meth:`PunctStream.pending` lists the model work the decisions will read, and
 :meth:`PunctStream.complete` decides and returns the events. A batch prepares many streams,
 computes all their pending work in one pass per layer
-(:func:`~streampunct.incremental.compute_many`), then completes each (see
+(:func:`~streampunct.engines.compute_many`), then completes each (see
 :mod:`streampunct.scheduler`); ``run(call)`` is the three steps for one stream.
 
 A stream is not thread-safe: drive each from one thread or task at a time. Streams share their
@@ -39,12 +39,12 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .engines import Work, compute_many
 from .errors import InputError
-from .incremental import WindowState, compute_many
 from .model import PunctModel
 from .pieces import WordPieces
 from .prosody import pause_features
@@ -131,6 +131,11 @@ class PunctStream:
         tagger: Tagger | None = None,
         pauses: bool = True,
     ):
+        model = engine.model
+        if isinstance(model, PunctModel) and (model.cfg.interaction or model.cfg.masked_stream):
+            raise InputError(
+                "a two-stream teacher labels whole windows (label_tokens, predict); it is not streamed"
+            )
         self.policy = policy
         self.engine = engine.name
         # pause evidence from the words' times, when the checkpoint has it (streampunct.prosody)
@@ -246,7 +251,7 @@ class PunctStream:
         if now is not None:
             self._clock = max(self._clock, now)
 
-    def pending(self) -> list[WindowState]:
+    def pending(self) -> Sequence[Work]:
         """The model work the next :meth:`complete` reads: compute it for many streams at once."""
         return self._engine.work(self._final_tokens)
 

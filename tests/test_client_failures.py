@@ -246,7 +246,7 @@ def test_file_client_when_the_asr_server_is_killed(speech, tmp_path):
     )
     try:
         first = first_line(client.stdout, 60)
-        assert "] " in first, first  # "[  0.00s +1.2s] Hello everyone,"
+        assert "] " in first, first  # "[   0.00s, 1.2s late] Hello everyone,"
         server.send_signal(signal.SIGKILL)
         server.wait(timeout=10)
         rest, err = client.communicate(timeout=60)

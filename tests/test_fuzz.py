@@ -152,6 +152,14 @@ ASR_SCRIPT = _asr(
 @example(script=_punct(PLAIN, Hostile("invalid_utf8", INVALID_UTF8[0], "raw", ("close:1007",))))
 @example(script=_punct(PLAIN, message("end", {"type": "end", "reason": "bye"}, "end")))
 @example(script=_punct(PLAIN, message("words", {"type": "words", "words": WORDS * 5}, "ok"), hang_up=True))
+@example(  # a revise of final words, refused, still moved the recogniser's clock: a later tick behind it is refused
+    script=_punct(
+        PLAIN,
+        message("revise", {"type": "revise", "index": 0, "words": [], "now": 1}, REVISE),
+        message("tick", {"type": "tick", "now": 0}, "ok"),
+        END_MSG,
+    )
+)
 def test_punct_endpoint_survives_hostile_messages(fuzz, script):
     check_example(fuzz, script)
 

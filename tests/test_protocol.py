@@ -63,8 +63,8 @@ def test_every_message_ignores_keys_it_does_not_know(side, kind, example):
 
 def test_every_message_has_a_schema_with_examples():
     for side, classes in (
-        ("client", (P.Config, P.Words, P.Revise, P.Tick, P.End)),
-        ("server", (P.Ready, P.Events, P.Recognised, P.Captioned, P.Finished, P.Error, P.Lag)),
+        ("client", (P.Config, P.Words, P.Revise, P.Tick, P.Sync, P.End)),
+        ("server", (P.Ready, P.Events, P.Recognised, P.Captioned, P.Finished, P.Error, P.Lag, P.Synced)),
     ):
         documented = {p.stem for p in (SCHEMAS / side).glob("*.json")}
         assert {c.type for c in classes} == documented
@@ -93,6 +93,7 @@ words = st.lists(
         st.builds(P.Words, words, times),
         st.builds(P.Revise, st.integers(0, 10**6), words, times),
         st.builds(P.Tick, st.floats(0, 1e6, allow_nan=False)),
+        st.builds(P.Sync, st.none() | st.integers()),
         st.just(P.End()),
     )
 )
@@ -107,6 +108,9 @@ def test_any_client_message_survives_the_wire(msg):
         ('{"type": "words", "words": [{"text": "so", "start": 2, "end": 1}]}', "bad_message"),
         ('{"type": "revise", "index": -1, "words": []}', "bad_message"),
         ('{"type": "tick"}', "bad_message"),
+        ('{"type": "sync", "id": "7"}', "bad_message"),
+        ('{"type": "sync", "id": 7.5}', "bad_message"),
+        ('{"type": "sync", "id": true}', "bad_message"),
         ('{"type": "config"}', "bad_state"),
         ('{"type": "hello"}', "unknown_type"),
         ("[1]", "bad_message"),
@@ -118,6 +122,17 @@ def test_bad_client_messages_raise_protocol_errors(text, code):
     with pytest.raises(P.ProtocolError) as e:
         P.read_client(text)
     assert e.value.code == code
+
+
+def test_a_sync_is_answered_with_its_id_or_null():
+    assert P.read_client('{"type": "sync", "id": 7}') == P.Sync(7)
+    assert P.read_client('{"type": "sync"}') == P.read_client('{"type": "sync", "id": null}') == P.Sync()
+    assert P.Sync().to_json() == '{"type":"sync"}'
+    synced = P.Synced(None, 12, 10)
+    assert synced.to_json() == '{"type":"synced","id":null,"words":12,"final":10}'
+    assert P.read_server(synced.to_json()) == synced
+    with pytest.raises(P.ProtocolError):
+        P.read_server('{"type": "synced", "id": 7}')
 
 
 def test_audio_streams_take_only_end_after_the_config():

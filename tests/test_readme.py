@@ -10,6 +10,7 @@ figure must name its source.
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,22 @@ def test_every_figure_of_the_results_names_its_source():
         body = re.sub(r"<!--.*?-->", "", paragraph).strip()
         if FIGURE.search(body) and "IWSLT protocol" not in body:
             assert any(body in text or text.strip() in paragraph for text in sourced), body[:80]
+
+
+@pytest.mark.model
+def test_the_python_example_runs_as_a_script_and_prints_what_it_says(tmp_path):
+    """The README's Python example, saved as a file and run: it prints the punctuated text its
+    comment shows, and every stream call's events."""
+    example = re.search(r"```python\n(.*?)```", README.read_text(), re.S)
+    assert example is not None
+    script = tmp_path / "example.py"
+    script.write_text(example.group(1))
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0] == "So how did it go? Well, it went fine. Thanks. What about you?"
+    assert f"# {lines[0]}" in example.group(1)
+    assert "PunctEvent(index=0, word='so', label='O', final=True)" in lines
+    assert lines[-1].startswith("[PunctEvent(") and "final=True" in lines[-1]

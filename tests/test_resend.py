@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from websockets.asyncio.client import connect
 
 from streampunct import protocol as P
 from streampunct.clients import words
@@ -164,10 +165,11 @@ def test_the_words_client_resends_what_the_server_refuses(server, tmp_path):
     status, out, err, received, sent = run(server(8), lines, tmp_path)
     busy = check(lines, status, out, err, received)
     assert busy >= 1, "the server never refused a message: nothing was resent"
-    # each refusal answered by one resend after a sync (a second config, which the server
-    # refuses in order): nothing else refused, no error printed
-    assert 1 <= resends(sent) <= min(busy, sent.count(words.Resend.SYNC)), (busy, resends(sent))
-    assert {m.code for m in received if isinstance(m, P.Error)} == {"busy", "bad_state"}
+    # each refusal answered by one resend after a sync, each sync answered: nothing else refused
+    syncs = sum(json.loads(m)["type"] == "sync" for m in sent)
+    assert 1 <= resends(sent) <= min(busy, syncs), (busy, resends(sent))
+    assert sum(isinstance(m, P.Synced) for m in received) == syncs
+    assert {m.code for m in received if isinstance(m, P.Error)} == {"busy"}
 
 
 def test_busy_replies_to_messages_sent_before_the_resend_resend_nothing(server, tmp_path):
@@ -230,3 +232,40 @@ def test_every_word_final_once_in_order_whatever_is_refused(
         lines = with_revisions(rng, lines, lookahead)
         flags += ["--max-delay-ms", "off"]
     check(lines, *run(server(max_waiting_words), lines, tmp_path, *flags)[:4])
+
+
+async def talk(url: str, *messages: dict) -> list[P.ServerMessage]:
+    """Send these messages to /v1/punct at once, then ``end``; the server's messages up to its ``end``."""
+    async with connect(url + "/v1/punct") as ws:
+        for msg in [*messages, {"type": "end"}]:
+            await ws.send(json.dumps(msg))
+        received: list[P.ServerMessage] = []
+        async for raw in ws:
+            received.append(P.read_server(raw))
+            if isinstance(received[-1], P.Finished):
+                return received
+    raise AssertionError(f"no end: {received}")
+
+
+def test_a_sync_is_answered_after_every_message_before_it(server):
+    """Words past --max-waiting-words, sent at once: some are refused (busy), then a sync, taken
+    during the refusal. Its answer comes after every busy, and says where the stream stands."""
+    config = {"type": "config", "lookahead": 2, "max_delay_ms": None}
+    sent = [{"type": "words", "words": ["so"]}] + [{"type": "words", "words": VOCAB[:12]}] * 20
+    received = asyncio.run(talk(server(4), config, *sent, {"type": "sync", "id": 7}))
+    at = next(i for i, m in enumerate(received) if isinstance(m, P.Synced))
+    synced = received[at]
+    busy = [m.word for m in received[:at] if isinstance(m, P.Error) and m.code == "busy"]
+    assert busy, "nothing was refused"
+    assert not any(isinstance(m, P.Error) for m in received[at:]), received[at:]  # every busy before it
+    assert set(busy) == {synced.words}  # refused from the word the stream stands at
+    final = [e.index for m in received[:at] if isinstance(m, P.Events) for e in m.events if e.final]
+    assert synced == P.Synced(7, synced.words, len(final)) and final == list(range(len(final)))
+
+
+def test_a_sync_before_the_config_is_bad_state(server):
+    sync = {"type": "sync"}
+    received = asyncio.run(talk(server(4), sync, {"type": "config"}, sync))
+    assert isinstance(received[0], P.Error) and received[0].code == "bad_state"
+    assert isinstance(received[1], P.Ready)
+    assert received[2] == P.Synced(None, 0, 0)  # no id: null

@@ -36,6 +36,20 @@ def server():
     stop_server(proc)
 
 
+def test_serve_says_where_its_caption_page_is():
+    """A newcomer's `streampunct serve` prints the page's address, and the page says what Start does."""
+    proc, url = start_server()
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        assert line == f"live captions in a browser: {url.replace('ws://', 'http://')}/"
+        with urllib.request.urlopen(line.split()[-1]) as r:
+            page = r.read().decode()
+        assert "Press <b>Start</b>" in page and "microphone" in page
+    finally:
+        stop_server(proc)
+
+
 def test_health_and_not_found(server):
     http = server.replace("ws://", "http://")
     with urllib.request.urlopen(http + "/health") as r:

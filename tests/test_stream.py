@@ -6,7 +6,7 @@ import weakref
 import pytest
 import torch
 
-from streampunct import InputError, Punctuator, incremental
+from streampunct import InputError, Punctuator, engines, incremental
 from streampunct.engines import MAX_PASSES, window_logits
 from streampunct.model import int8_available
 from streampunct.stream import Lookahead, PunctStream, Word
@@ -179,10 +179,15 @@ def test_a_guess_costs_the_model_work_of_its_first_k_tokens(tiny, monkeypatch, e
     events for the same model work (word pieces appended to passes and blocks); the guessed words
     past those k tokens only move the clock. Computed in full, the default model's pushes with
     8-word guesses took 2.8 times as long as with none (10.1 s against 3.6 s for 300 words)."""
-    pieces = []  # per window state appended to (a pass, or a block of the masked engine)
-    append = incremental.WindowState.append
+    pieces = []  # word pieces given to the model work: a window pass, or a masked engine's block
+    append, made = incremental.WindowState.append, engines.WindowPass.__init__
     monkeypatch.setattr(
         incremental.WindowState, "append", lambda state, p: pieces.append(len(p)) or append(state, p)
+    )
+    monkeypatch.setattr(
+        engines.WindowPass,
+        "__init__",
+        lambda work, engine, ps: pieces.extend(map(len, ps)) or made(work, engine, ps),
     )
 
     def run(guess: int) -> tuple[list, int]:
@@ -413,9 +418,10 @@ def test_window_engine_passes_match_batch(request, model):
 @pytest.mark.parametrize("tentative", [0, 3])
 def test_a_long_push_holds_a_bounded_number_of_window_passes(tiny, monkeypatch, tentative):
     """A push of many words (a library user's whole transcript; the server cuts its messages into
-    jobs of 32 words) is decided a bounded number of window passes at a time: each pass holds every layer's rows, keys and values, and a pass per
-    word at once took 3 GB for 1,000 words with the default model (base was killed at 14 GB on
-    2,345). The labels are predict()'s, as for any other pace."""
+    jobs of 32 words) is decided a bounded number of window passes at a time: a pass per word at
+    once, each holding every layer's rows, keys and values, took 3 GB for 1,000 words with the
+    default model (base was killed at 14 GB on 2,345). The labels are predict()'s, as for any other
+    pace."""
     alive: weakref.WeakSet = weakref.WeakSet()
     most = 0
 
@@ -425,8 +431,8 @@ def test_a_long_push_holds_a_bounded_number_of_window_passes(tiny, monkeypatch, 
         alive.add(self)
         most = max(most, len(alive))
 
-    created = incremental.WindowState.__init__
-    monkeypatch.setattr(incremental.WindowState, "__init__", counted)
+    created = engines.WindowPass.__init__
+    monkeypatch.setattr(engines.WindowPass, "__init__", counted)
     words = varied_words(1000, seed=11)
     s = tiny.stream(lookahead=2, engine="window")
     finals = {

@@ -132,7 +132,7 @@ async def main(args: argparse.Namespace) -> int:
 
     def show(c: Caption, latency: float) -> None:
         captions.append(c)
-        lag = "" if latency != latency else f" +{latency:4.1f}s"  # NaN when not paced
+        lag = "" if latency != latency else f", {latency:3.1f}s late"  # NaN when not paced
         print(f"[{c.start or 0:7.2f}s{lag}] {c.text}", flush=True)
 
     config = stream_config(args)

@@ -104,10 +104,10 @@ class Resend:
 
     The server answers a refused message at once, and refuses every later one (same word W) until
     a ``revise`` at W; which of the messages in flight were taken, it does not say. So on ``busy``
-    the client sends nothing but a sync: a second ``config``, which the server refuses (``bad_state``)
-    after answering every message before it. Once that answer is in, every ``busy`` due has come
-    (none can come later), the last names where the stream stands, the server has computed what it
-    took and its events are in: the resend, ``revise`` at W of the words from W, is taken (pieces
+    the client sends nothing but a ``sync``, which the server answers (``synced``, same ``id``)
+    after every message before it. Once that answer is in, every ``busy`` due has come (none can
+    come later), the last names where the stream stands, the server has computed what it took and
+    its events are in: the resend, ``revise`` at W of the words from W, is taken (pieces
     of at most ``in_flight`` words follow under the flow). A ``busy`` is thus answered once, never
     twice nor missed, and a refused resend is sent again after its own sync; the client syncs
     before ``end`` too (a ``busy`` for the last words comes before its answer). A revise line sent
@@ -117,8 +117,6 @@ class Resend:
     sent: the words from the first not final are sent again at the next sync (one comes when the
     flow is full). The client keeps the words from the oldest not final (a resend starts there at
     the earliest)."""
-
-    SYNC = json.dumps({"type": "config"})
 
     def __init__(self, flow: Flow) -> None:
         self.flow = flow
@@ -131,6 +129,7 @@ class Resend:
         self.failed = False  # a message was refused (bad_input) since the last sync
         self.unsynced = False  # words or revisions sent since the last sync
         self.clearing = False  # the revise at W alone went: sync before the words
+        self.syncs = 0  # the id of the last sync
         self.answered = asyncio.Event()
 
     @property
@@ -142,16 +141,18 @@ class Resend:
         """Words to send again."""
         return self.revise or self.todo < self.end
 
-    def answer(self, msg: P.Error) -> bool:
-        """Take the server's ``busy`` or the sync's answer (True); any other error is not ours."""
+    def refused(self, msg: P.Error) -> bool:
+        """Take the server's ``busy`` (True); any other error is not ours (a ``bad_input`` is noted)."""
         self.failed |= msg.code == "bad_input"
-        if msg.code == "busy" and msg.word is not None:
-            self.busy = self.flow.sent = msg.word  # what the stream has
-        elif msg.code == "bad_state":
-            self.answered.set()
-        else:
+        if msg.code != "busy" or msg.word is None:
             return False
+        self.busy = self.flow.sent = msg.word  # what the stream has
         return True
+
+    def synced(self, msg: P.Synced) -> None:
+        """Take the server's answer to a sync: the last one's is awaited."""
+        if msg.id == self.syncs:
+            self.answered.set()
 
     def take(self, msg: P.ClientMessage) -> None:
         """A line's message is sent: its words are kept (a revision the server will refuse is not)."""
@@ -186,8 +187,9 @@ class Resend:
 
     async def sync(self, receiver: asyncio.Task[None]) -> AsyncIterator[str]:
         """The sync, then its answer; where words were refused, the resend starts."""
+        self.syncs += 1
         self.answered.clear()
-        yield self.SYNC
+        yield P.Sync(self.syncs).to_json()
         await until(self.answered, receiver)
         refused, final, failed, low = self.busy, self.flow.final, self.failed, self.low
         self.busy, self.low, self.failed, self.unsynced, self.clearing = None, None, False, False, False
@@ -217,7 +219,9 @@ async def receive(ws: Any, out: Any, resend: Resend | None = None) -> None:
                     resend.flow.finals(msg.events)
                 for c in captioner.add(msg.events):
                     print(c.text, file=out, flush=True)
-            elif isinstance(msg, P.Error) and not (resend is not None and resend.answer(msg)):
+            elif isinstance(msg, P.Synced) and resend is not None:
+                resend.synced(msg)
+            elif isinstance(msg, P.Error) and not (resend is not None and resend.refused(msg)):
                 print(f"server: {msg.code}: {msg.message}", file=sys.stderr, flush=True)
     finally:  # the end, or a lost session: the final words of the last sentence are printed too
         for c in captioner.flush():

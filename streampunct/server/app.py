@@ -44,6 +44,7 @@ from streampunct import protocol as P
 from streampunct.flags import add_config_flags, add_int8_flag, config_from_flags, number_or_off
 from streampunct.options import FrontEndOptions, RecognizerOptions
 from streampunct.scheduler import LOAD_WINDOW_S, Batcher, Load
+from streampunct.server.allocator import cap_arenas, keep_trimmed
 from streampunct.server.guard import LOOPBACK_HOSTS, STREAMS_PER_CLIENT, Access, Limits, is_loopback
 from streampunct.server.metrics import CONTENT_TYPE_LATEST, Metrics
 from streampunct.server.sessions import AsrSession, PunctSession, Session, log, log_event
@@ -335,9 +336,13 @@ async def run_server(
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, app.stopping.set)
             print(f"streampunct serving on {app.url}", flush=True)
+            print(f"live captions in a browser: {app.url.replace('ws', 'http', 1)}/", flush=True)
         if ready is not None:
             ready.set()
+        trimming = asyncio.create_task(keep_trimmed()) if standalone else None
         await app.stopping.wait()
+        if trimming is not None:
+            trimming.cancel()
         app.stopped_at = time.monotonic()
         log_event(logging.INFO, "shutting_down", streams=app.active)
         # Sessions take what their clients sent (a grace period at most), finish their streams
@@ -464,6 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
     logging.getLogger("faster_whisper").setLevel(logging.WARNING)
+    cap_arenas()  # before the threads that would each take an arena start
     try:
         punctuator = Punctuator.load(
             args.model, device=args.device, int8=args.int8

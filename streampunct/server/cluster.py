@@ -57,6 +57,7 @@ from ..punctuator import Punctuator
 from ..scheduler import Batcher, Load
 from ..stream import Call, Finish, Push, Revise, Tick
 from ..types import PunctEvent, Word
+from .allocator import cap_arenas
 from .app import App, add_guard_flags, guard_from_flags
 from .guard import Access, Limits
 
@@ -99,6 +100,7 @@ class EncoderReplica:
     """The model, every stream and the batcher that runs their calls together."""
 
     def __init__(self, model: str | None = None, device: str = "auto", int8: bool = False):
+        cap_arenas()
         self.punctuator = Punctuator.load(model, device=device, int8=int8).prepare()
         self.streams: dict[str, Any] = {}
         self.batcher = Batcher()

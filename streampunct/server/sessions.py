@@ -219,8 +219,8 @@ class Session:
 class PunctSession(Session):
     """Words in, events out. The receive loop only takes the messages (paced, in a queue), so the
     socket is read and the keepalive answered however far behind the batcher is; a compute task of
-    the session's own runs them in order. A message that would take the words waiting past
-    ``max_waiting_words`` is not taken: ``busy``, and the stream goes on."""
+    the session's own runs them in order, and answers a ``sync`` in its turn. A message that would
+    take the words waiting past ``max_waiting_words`` is not taken: ``busy``, and the stream goes on."""
 
     def __init__(self, app: App, connection: ServerConnection, session_id: str):
         super().__init__(app, connection, session_id)
@@ -283,6 +283,9 @@ class PunctSession(Session):
                     self.work[-1] = (msg, 1)
                     return False
                 size = 1
+            case P.Sync():  # answered by the compute task, after the work before it
+                await self.pace(1, self.rate, "messages")
+                size = 0
             case P.End():
                 await self.end()
                 return True
@@ -341,6 +344,8 @@ class PunctSession(Session):
                             )
                         case P.Tick(now):
                             await self.send_events(await batcher.tick(self.stream, now))
+                        case P.Sync(ident):
+                            await self.send(P.Synced(ident, self.stream.n_words, self.stream.n_final))
                         case _:  # a reply, queued behind the work before it
                             await self.send(msg)
                 except StreamPunctError as e:  # e.g. revising final words: the stream is unchanged
