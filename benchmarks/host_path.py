@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, write_json  # noqa: E402
+from common import machine, rss_mb, write_json  # noqa: E402
 
 from streampunct import Punctuator  # noqa: E402
 from streampunct import scheduler as sched  # noqa: E402
@@ -41,8 +44,10 @@ WORDS = (
 ).split()
 
 
-def rss_mb() -> float:
-    return int(Path("/proc/self/statm").read_text().split()[1]) * 4096 / 2**20
+def own_mb() -> float:
+    mb = rss_mb(os.getpid())
+    assert mb is not None  # this process is alive
+    return mb
 
 
 def small_model() -> Punctuator:
@@ -74,8 +79,8 @@ class Timer:
     def __init__(self) -> None:
         self.seconds = 0.0
 
-    def wrap(self, fn):  # type: ignore[no-untyped-def]
-        def timed(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
             t = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
@@ -87,7 +92,7 @@ class Timer:
 
 def trial(p: Punctuator, n: int, steps: int, warm: int, engine: str, max_batch: int) -> dict:
     rng = random.Random(0)
-    before = rss_mb()
+    before = own_mb()
     streams = [p.stream(lookahead=2, max_delay_ms=1500, engine=engine) for _ in range(n)]
     forward, work = Timer(), Timer()
     real_forward, real_work = PunctModel.forward, sched.compute_many
@@ -106,7 +111,7 @@ def trial(p: Punctuator, n: int, steps: int, warm: int, engine: str, max_batch: 
                         raise r
             wall = time.perf_counter() - t
             if step == warm - 1:
-                held = rss_mb()
+                held = own_mb()
             if step >= warm:
                 timed.append((wall, work.seconds, forward.seconds))
                 words += n
