@@ -312,11 +312,13 @@ async def punct_session(
     seconds: float,
     rng: random.Random,
     report: SessionReport,
+    speed: float = 0,
 ) -> SessionReport:
-    """One /v1/punct session: ``seconds`` of simulated speech from ``source``, then ``end``."""
+    """One /v1/punct session: ``seconds`` of simulated speech from ``source``, then ``end``; as fast
+    as the server answers (``speed`` 0) or ``speed`` times real time."""
     t0 = time.perf_counter()
     try:
-        await _punct_session(url, cfg, source, seconds, rng, report)
+        await _punct_session(url, cfg, source, seconds, rng, report, speed)
     except Exception as e:  # whatever happened, it is this session's failure, with its message
         report.failure = report.failure or f"{type(e).__name__}: {e}"
     report.wall_s = time.perf_counter() - t0
@@ -330,6 +332,7 @@ async def _punct_session(
     seconds: float,
     rng: random.Random,
     rep: SessionReport,
+    speed: float,
 ) -> None:
     async with connect(url + "/v1/punct", max_size=2**22, open_timeout=60) as ws:
         await ws.send(json.dumps({"type": "config", "version": 1, **cfg}))
@@ -342,7 +345,12 @@ async def _punct_session(
         rx = _Receiver(ws, rep)
         receiving = asyncio.create_task(rx.run())
 
+        start = time.perf_counter()
+
         async def send(msg: dict[str, Any]) -> None:
+            if speed > 0:  # a live recogniser: nothing before its time on the simulated clock
+                due = start + msg.get("now", speaker.clock) / speed
+                await asyncio.sleep(max(0.0, due - time.perf_counter()))
             await ws.send(json.dumps(msg))
             rep.messages += 1
 
@@ -433,7 +441,14 @@ async def revise(speaker: Speaker, rx: _Receiver, rep: SessionReport, send: Any,
 
 
 async def punct_stream(
-    url: str, i: int, words: Sequence[str], start: int, minutes: float, seed: int, engine: str | None
+    url: str,
+    i: int,
+    words: Sequence[str],
+    start: int,
+    minutes: float,
+    seed: int,
+    engine: str | None,
+    speed: float = 0,
 ) -> list[SessionReport]:
     """Stream ``i``: ``minutes`` of simulated speech from word ``start`` of the text, in one session
     (stream 0) or in sessions of 1/12 to 1/3 of it, one after the other."""
@@ -448,7 +463,7 @@ async def punct_stream(
         seconds = left if i == 0 else min(left, minutes * 60 * rng.uniform(1 / 12, 1 / 3))
         rep = SessionReport("punct", str(i), len(reports), cfg)
         reports.append(rep)
-        await punct_session(url, cfg, source, seconds, rng, rep)
+        await punct_session(url, cfg, source, seconds, rng, rep, speed)
         left -= max(rep.speech_s, 1.0)
         if rep.failure:  # the stream goes on in a new session, as a client would reconnect
             print(f"stream {i} session {rep.session} failed: {rep.failure}", flush=True)
@@ -657,6 +672,7 @@ async def soak(
     punct_minutes: float = 60,
     audio: Any = None,
     asr_speed: float = 0,
+    punct_speed: float = 0,
     engine: str | None = None,
     seed: int = 0,
     sample_s: float = 5.0,
@@ -681,9 +697,10 @@ async def soak(
     metrics = MetricsWatch(server.url, sample_s)
     scraping = asyncio.create_task(metrics.run())
     t0 = time.perf_counter()
+    starts = [(i + 1) * len(words) // (streams + 1) for i in range(streams)]
     jobs = [
-        punct_stream(server.url, i, words, (i + 1) * len(words) // (streams + 1), punct_minutes, seed, engine)
-        for i in range(streams)
+        punct_stream(server.url, i, words, start, punct_minutes, seed, engine, punct_speed)
+        for i, start in enumerate(starts)
     ]
     asr_reports: list[SessionReport] = []
     if audio is not None:
@@ -836,6 +853,10 @@ def main() -> int:
     ap.add_argument("--data", default=default_data, help="a folder laid out as shared/data (iwslt/dev2012)")
     ap.add_argument("--punct-minutes", type=float, default=60, help="simulated speech per punct stream")
     ap.add_argument("--streams", type=int, default=4, help="concurrent /v1/punct streams")
+    ap.add_argument(
+        "--punct-speed", type=float, default=0,
+        help="0: punct words as fast as the server answers (default); 1: live, 3 words a second a stream",
+    )  # fmt: skip
     ap.add_argument("--asr-minutes", type=float, default=30, help="speech through /v1/asr (0: none)")
     ap.add_argument(
         "--asr-speed",
@@ -898,6 +919,7 @@ def main() -> int:
                 punct_minutes=args.punct_minutes,
                 audio=audio,
                 asr_speed=args.asr_speed,
+                punct_speed=args.punct_speed,
                 engine=args.engine,
                 seed=args.seed,
                 sample_s=args.sample_s,
@@ -912,6 +934,7 @@ def main() -> int:
         "model": args.model or "default",
         "asr_model": args.asr_model or "tiny.en",
         "asr_speed": args.asr_speed,
+        "punct_speed": args.punct_speed,
         "asr_layout": layout,
         "server_log": str(server.log),
         "server_exit_status": status,

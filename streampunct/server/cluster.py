@@ -57,7 +57,7 @@ from ..punctuator import Punctuator
 from ..scheduler import Batcher, Load
 from ..stream import Call, Finish, Push, Revise, Tick
 from ..types import PunctEvent, Word
-from .allocator import cap_arenas
+from .allocator import cap_arenas, keep_trimmed
 from .app import App, add_guard_flags, guard_from_flags
 from .guard import Access, Limits
 
@@ -104,9 +104,12 @@ class EncoderReplica:
         self.punctuator = Punctuator.load(model, device=device, int8=int8).prepare()
         self.streams: dict[str, Any] = {}
         self.batcher = Batcher()
+        self.trimming: asyncio.Task[None] | None = None
 
     async def open(self, lookahead: int, max_delay_ms: float | None, engine: str) -> tuple[str, str]:
         """A new stream: its id and the engine it got."""
+        if self.trimming is None:  # the actor's event loop runs now: trim as serve does
+            self.trimming = asyncio.create_task(keep_trimmed())
         stream = self.punctuator.stream(lookahead, max_delay_ms, engine)
         stream_id = uuid.uuid4().hex
         self.streams[stream_id] = stream
