@@ -1,7 +1,7 @@
 """Accuracy on IWSLT2011 test (Ref and ASR) at lookahead 0..4 under both engines, and offline, per class.
 
-    python benchmarks/accuracy.py --data ../shared/data/iwslt [--model base|DIR] [--device cuda] [--readme]
-    python benchmarks/accuracy.py --model base --readme-only   # the README from the saved results
+    python -m benchmarks.accuracy --data ../shared/data/iwslt [--model base|DIR] [--device cuda] [--readme]
+    python -m benchmarks.accuracy --model base --docs-only   # the tables from the saved results
 
 Writes benchmarks/results/accuracy.json for the default model, accuracy_<name>.json for another
 (accuracy_base.json for the shipped base); with --readme, the model's per-class table and the
@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import RESULTS, machine, update_readme, write_json  # noqa: E402
-
-from streampunct import Punctuator, read_iwslt, score  # noqa: E402
-from streampunct.light import LightModel  # noqa: E402
-from streampunct.model import ModelConfig  # noqa: E402
-from streampunct.punctuator import DEFAULT_CHECKPOINT, SHIPPED_MODELS, checkpoint_dir  # noqa: E402
+from benchmarks.common import RESULTS, machine, update_readme, write_json
+from benchmarks.lib import doc_text
+from streampunct import Punctuator, read_iwslt, score
+from streampunct.light import LightModel
+from streampunct.model import ModelConfig
+from streampunct.punctuator import DEFAULT_CHECKPOINT, SHIPPED_MODELS, checkpoint_dir
 
 SETS = {"Ref": "test2011", "ASR": "test2011asr"}
 LOOKAHEADS = [0, 1, 2, 3, 4]
@@ -61,6 +59,7 @@ def main() -> None:
     )
     ap.add_argument(
         "--readme-only",
+        "--docs-only",
         action="store_true",
         help="rewrite the README from the saved results, measure nothing",
     )
@@ -79,7 +78,8 @@ def main() -> None:
         update_readme("accuracy-short", shipped_summary(short=True))
         section = readme_section(model_dir)
         if section:
-            update_readme(section, table(payload["results"], payload))
+            rows, name = payload["results"], results_name(model_dir)
+            update_readme(section, table(rows, payload, name, explain=section == "accuracy"))
 
 
 def measure(p: Punctuator, model_dir: Path, data: Path) -> dict:
@@ -171,78 +171,69 @@ def summary(models: dict[str, list[dict]], window_from: dict[str, int], short: b
     return "\n".join(lines)
 
 
-def run(stage: dict) -> str:
-    """One training run of training.json in words: steps, data seen, time, machine, dev scores."""
-    dev = stage.get("dev") or f"dev2012 (first {stage['dev_words']:,} words)"
-    return (
-        f"{stage['steps']:,} steps of {stage['config']['batch']} windows, {stage['seen_tokens'] / 1e6:.1f} M "
-        f"word pieces, {stage['train_seconds'] / 60:.0f} min on {stage['machine']}; {dev} "
-        f"micro-F1 {stage['dev_f1_k2']:.1f} at k=2"
-        + (" (window engine)" if stage["config"].get("window_share") else "")
-        + f", {stage['dev_f1_offline']:.1f} offline."
-    )
+def table(rows: list[dict], payload: dict, source: str = "accuracy.json", explain: bool = True) -> str:
+    """A model's per-class table, and what its figures are (``explain``: the columns too, which the
+    first table on the page says for all) and where they come from (``source``: its results file)."""
 
-
-def table(rows: list[dict], payload: dict) -> str:
     def f(x: float) -> str:
         return f"{x:.1f}"
 
     plain = any("micro_f1_plain_argmax" in r for r in rows)
-    lines = [
-        "| set | mode | engine | COMMA P / R / F1 | PERIOD P / R / F1 | QUESTION P / R / F1 | micro-F1 | macro-F1 | SER |"
-        + (" plain argmax |" if plain else ""),
-        "|---|---|---|---|---|---|---|---|---|" + ("---|" if plain else ""),
+    head = [
+        "set",
+        "mode",
+        "engine",
+        "COMMA P/R/F1",
+        "PERIOD P/R/F1",
+        "QUESTION P/R/F1",
+        "micro-F1",
+        "macro-F1",
     ]
+    body = []
     for r in rows:
         cls = [
             " / ".join(f(r[c][m]) for m in ("precision", "recall", "f1"))
             for c in ("COMMA", "PERIOD", "QUESTION")
         ]
-        lines.append(
-            f"| {r['set']} | {r['mode']} | {r['engine']} | {' | '.join(cls)} | **{f(r['micro_f1'])}** | {f(r['macro_f1'])} | {f(r['ser'])} |"
-            + (
-                f" {f(r['micro_f1_plain_argmax']) if 'micro_f1_plain_argmax' in r else '-'} |"
-                if plain
-                else ""
-            )
+        argmax = [f(r["micro_f1_plain_argmax"]) if "micro_f1_plain_argmax" in r else "-"] if plain else []
+        body.append(
+            [
+                r["set"],
+                r["mode"],
+                r["engine"],
+                *cls,
+                f"**{f(r['micro_f1'])}**",
+                f(r["macro_f1"]),
+                f(r["ser"]),
+                *argmax,
+            ]
         )
-    m = payload["machine"]
-    where = f"{m['cpu']} ({m['cores']} cores, torch {m['torch']})"
-    if str(payload.get("device", "cpu")).startswith("cuda"):
-        where = f"{m['gpu']}, host {where}"
-    lines.append("")
-    lines.append(f"Measured {m['date']} on {where}, `python benchmarks/accuracy.py`.")
-    if payload.get("note"):
-        lines.append(payload["note"])
+    lines = [*doc_text.table([*head, "SER", *(["argmax"] if plain else [])], body), ""]
+    text = ""
+    if explain:
+        text = "P/R/F1: precision, recall, F1 (%); bold: micro-F1" + (
+            "; argmax: the plain argmax (masked engine and offline), without the offsets that decisions add to "
+            "the logits per lookahead and engine (`streampunct calibrate`)"
+            if plain
+            else ""
+        )
     c = payload.get("calibration")
     if c:
-        lines.append(
-            f"Decisions add per-lookahead and per-engine offsets to the logits, tuned on the first {c['words']:,} "
-            f"words of {c['dev']} ({c.get('window_words', c['words']):,} for the window engine; "
-            "`streampunct calibrate`); the last column is the same model deciding by the plain argmax "
-            "(masked engine and offline)."
-        )
-        if c.get("offline_retuned"):
-            r = c["offline_retuned"]
-            lines.append(
-                f"The offline offsets were then tuned again on {r['dev']} (dev micro-F1 {r['dev_micro_f1']:.1f})."
-            )
-    t = payload.get("training")
-    if t:
-        lines.append("")
-        for i, stage in enumerate(t.get("stages", [t]), 1):
-            lines.append(f"- Training stage {i}: from {stage.get('start', 'the encoder')}, {run(stage)}")
-            teacher = stage.get("teacher")
-            if teacher:
-                test = teacher.get("test2011_micro_f1", {})
-                scores = ", ".join(
-                    f"{k} {test[k]:.1f}" for k in ("Ref k=2", "Ref offline", "ASR offline") if k in test
-                )
-                lines.append(
-                    f"  Distilled (weight {stage['config']['distill']}, temperature "
-                    f"{stage['config']['temperature']:g}) from a teacher fine-tuned from {teacher['start']}, "
-                    f"{run(teacher)}" + (f" Its test2011 micro-F1: {scores}." if scores else "")
-                )
+        text += ", tuned" if explain and plain else (". " if text else "") + "Offsets tuned"
+        text += f" on the first {c['words']:,} words of {c['dev']} ({c.get('window_words', c['words']):,} for the window engine)"
+        r = c.get("offline_retuned")
+        text += f", offline on {r['dev']} (dev micro-F1 {r['dev_micro_f1']:.1f})" if r else ""
+    text += "."
+    m = payload["machine"]
+    where = f"{doc_text.short_name(m['cpu'])}, {m['cores']} cores, torch {m['torch']}, {m['date']}"
+    if str(payload.get("device", "cpu")).startswith("cuda"):
+        where = f"{doc_text.short_name(m['gpu'])}, host {where}"
+    text += f" {where}" + (
+        "; training: the checkpoint's `training.json`." if payload.get("training") else "."
+    )
+    text += f" {payload['note']}" if payload.get("note") else ""
+    command = str(payload.get("command", "python -m benchmarks.accuracy --data ../shared/data/iwslt"))
+    lines += [*doc_text.wrap(text.strip()), doc_text.provenance(source, command)]
     return "\n".join(lines)
 
 

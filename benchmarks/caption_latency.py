@@ -1,14 +1,14 @@
 """Caption latency, live, with its breakdown: audio streamed at real-time speed through a real server.
 
-    python benchmarks/caption_latency.py --audio ../shared/data/audio --e2e-cache ../e2e_cache \\
+    python -m benchmarks.caption_latency --audio ../shared/data/audio --e2e-cache ../e2e_cache \\
         [--frontends today,fast] [--model default] [--asr-model tiny.en] [--lookahead 2] [--runs 3]
 
-For each front-end setting (the server's ``--asr-*`` flags, FRONTENDS) a ``streampunct serve``
-process is started with debug logs, and each input is streamed to ``/v1/asr`` at real-time speed
-in 0.25 s chunks, as the ``mic`` client sends them:
+For each front-end setting (FRONTENDS: the recogniser's and pipeline's settings, a ``--config`` file)
+a ``streampunct serve`` process is started with debug logs and ``--record DIR``, and each input is
+streamed to ``/v1/asr`` at real-time speed in 0.25 s chunks, as the ``mic`` client sends them:
 
 - ``clips``: jfk_16k.wav and the LJSpeech clips of ``--audio``, one stream each;
-- ``long``: with ``--e2e-cache``, the espeak-ng recordings of ``benchmarks/e2e.py record``
+- ``long``: with ``--e2e-cache``, the espeak-ng recordings of ``python -m benchmarks.e2e record``
   (two conversations and a TED monologue, 14.6 min) joined into one continuous stream;
 - ``human``: with ``--human DIR``, each NAME.wav there with its punctuated NAME.txt, one stream
   each (recordings of human speech, e.g. the earnings calls of ``benchmarks/earnings_calls.py``).
@@ -16,25 +16,28 @@ in 0.25 s chunks, as the ``mic`` client sends them:
 **Latency** of a word: from its end in the audio (the recogniser's word timestamp) to the arrival,
 at the client, of that word's *final* punctuation: the moment a client can show the word with
 the mark it will keep (docs/protocol.md). Its parts, per word, in order: the audio end, the first
-hypothesis that shows the word (provisional or committed), its commit by the recogniser's policy,
-its final punctuation sent by the server (debug log) and received. The caption line that contains
-it is reported too (``caption_s``: a finished line waits for the words after it). Per
-recognition pass: its time and real-time factor (debug log).
+hypothesis that shows the word (provisional or committed), its commit by the recogniser's policy
+and the arrival of its final punctuation, all by the client's clock (the messages it received).
+The caption line that contains it is reported too (``caption_s``: a finished line waits for the
+words after it). Per recognition pass: its time and real-time factor (the debug log's
+``asr_pass`` lines, all that is read from it). The server's recording of each stream (``--record``:
+every call on its punctuation stream, with the audio clock it was made at) goes into the timelines.
 
 Live runs of the same audio differ, as the passes fall at other moments: ``--runs N`` measures
 each front end N times, interleaved, and reports the words of all runs pooled, each run beside.
 
 Accuracy on the same run: WER (jiwer, on normalised tokens) and punctuation micro-F1, with the
 reference marks aligned onto the recognised words by edit distance (streampunct.scoring).
-Writes ``benchmarks/results/caption_latency.json``; the timelines go to ``--timelines`` (for
-``benchmarks/latency_f1.py``, which replays them for other lookaheads).
+Writes ``benchmarks/results/caption_latency.json``; the timelines go to ``--timelines``: per
+front end, each stream's words with their final's arrival and its recording (``{"settings",
+"calls"}``, benchmarks/lib/recordings.py), which ``benchmarks/latency_f1.py`` replays for other
+lookaheads.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import statistics
 import subprocess
@@ -45,80 +48,18 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import CLIP_GAP_S, clip_pairs, machine, percentile, read_wav, silence, update_readme, write_json  # noqa: E402
+from benchmarks.common import RESULTS, machine, percentile, update_readme, write_json
+from benchmarks.lib.caption_frontends import FRONTENDS, server_args, settings
+from benchmarks.lib.caption_tables import STAGES, breakdown, table
+from benchmarks.lib.model_sources import resolve
+from benchmarks.lib.recordings import CLIP_GAP_S, clip_pairs, read_wav, silence
+from streampunct import protocol as P
+from streampunct.clients.file import load_audio, stream_file
+from streampunct.pipeline import read_recording
+from streampunct.scoring import accuracy, metrics, pool
+from streampunct.text import normalize
 
-from streampunct import protocol as P  # noqa: E402
-from streampunct.clients.file import load_audio, stream_file  # noqa: E402
-from streampunct.flags import flags_of  # noqa: E402
-from streampunct.options import FrontEndOptions, RecognizerOptions  # noqa: E402
-from streampunct.scoring import accuracy, metrics, pool  # noqa: E402
-from streampunct.text import normalize  # noqa: E402
-
-# The front end before each setting came (``today`` and the first ones were measured so): a named
-# front end gives every setting, so that it stays what it was measured as when the server's
-# defaults change. ``encoder_pad_s`` and ``settle_after_s`` came on 2026-11-25 (None: a 30 s encoder
-# window and no settling), ``settle_unsure_after_s`` the same evening, ``context_s`` and
-# ``beam_size`` on 2026-11-26, ``agree_after_s`` that night, ``sentence_ends="whisper"`` and the
-# pause clock's independence of the end-of-speech commit on 2026-11-27.
-BEFORE: dict[str, Any] = dict(
-    min_chunk_s=0.5, max_buffer_s=25.0, end_of_speech_s=0.5, prompt=True, encoder_pad_s=None,
-    settle_after_s=None, settle_unsure_after_s=None, agree_after_s=None, sentence_ends="punctuator",
-)  # fmt: skip
-
-
-def front_end(**changes: Any) -> tuple[RecognizerOptions, FrontEndOptions]:
-    """A front end: BEFORE with ``changes`` (recogniser and pipeline fields alike)."""
-    given = {**BEFORE, **changes}
-    split = {
-        cls: {k: v for k, v in given.items() if k in {f.name for f in dataclasses.fields(cls)}}
-        for cls in (RecognizerOptions, FrontEndOptions)
-    }
-    return RecognizerOptions(**split[RecognizerOptions]), FrontEndOptions(**split[FrontEndOptions])
-
-
-def _flags(**changes: Any) -> str:
-    """A front end's ``serve`` flags, every setting given (see BEFORE)."""
-    recognizer, pipeline = front_end(**changes)
-    return " ".join(flags_of(pipeline, switches=True) + flags_of(recognizer, prefix="asr-", switches=True))
-
-
-# Front-end settings: the server's flags. "today" is the front end before issue 19; "today", "fast",
-# "next" and "live" were measured with the recogniser's prompt on (the server's default then), and
-# keep it. "no-prompt" was the shipped default from 2026-11-24, "short-next" from 2026-11-25,
-# "unsure2" from that evening, "agree03" from the night of 2026-11-26, and "whisper-ends" (the
-# buffer trimmed at Whisper's sentence ends) since 2026-11-27; "held" and "beam5" (options, measured
-# 2026-11-26), "no-eos" and "settle-pauses" (2026-11-27) are not (docs/latency.md).
-SHORT = dict(prompt=False, encoder_pad_s=4.0, settle_after_s=1.0)
-UNSURE2 = dict(prompt=False, encoder_pad_s=12.0, settle_after_s=1.0, settle_unsure_after_s=2.0)
-WHISPER_ENDS = dict(**UNSURE2, agree_after_s=0.3, sentence_ends="whisper")
-FRONTENDS: dict[str, str] = {
-    "today": _flags(min_chunk_s=1.0, end_of_speech_s=None, provisional_lookahead=False, pause_clock=False),
-    "default": "",  # the server's defaults (streampunct.options), whatever they are
-    "fast": _flags(confident=0.7, provisional_lookahead=False),  # provisional lookahead came after it
-    "next": _flags(),
-    "no-prompt": _flags(provisional_lookahead=False, prompt=False),
-    "short": _flags(**SHORT, provisional_lookahead=False),
-    "short-next": _flags(**SHORT),
-    "short-next-0.3": _flags(**SHORT, min_chunk_s=0.3),
-    "pad12": _flags(prompt=False, encoder_pad_s=12.0, settle_after_s=1.0),
-    "pad12-settle2": _flags(prompt=False, encoder_pad_s=12.0, settle_after_s=2.0),
-    "pad12-no-settle": _flags(prompt=False, encoder_pad_s=12.0),
-    "unsure2": _flags(**UNSURE2),
-    "held": _flags(**UNSURE2, context_s=0.5),
-    "beam5": _flags(**UNSURE2, beam_size=5),
-    "agree03": _flags(**UNSURE2, agree_after_s=0.3),
-    "whisper-ends": _flags(**WHISPER_ENDS),
-    # options, 2026-11-27: without the commit at the end of speech; the pause clock off, then kept
-    "no-eos": _flags(**WHISPER_ENDS, end_of_speech_s=None, pause_clock=False),
-    "settle-pauses": _flags(**WHISPER_ENDS, end_of_speech_s=None),
-    "live": _flags(max_buffer_s=6.0, confident=0.7),
-    "live-agree": _flags(max_buffer_s=6.0),
-    # issue 51, 2026-11-28: the single-pass commit policy beside the shipped front end
-    "alignatt": _flags(**WHISPER_ENDS, commit="alignatt"),
-}
 LONG = ("conv1", "monologue", "conv2")  # e2e recordings joined into the long stream
-STAGES = ("seen", "committed", "sent", "final")  # after the audio end, in order
 
 
 # --- inputs ------------------------------------------------------------------------------------
@@ -154,7 +95,7 @@ def _key(text: str) -> str:
     return " ".join(normalize(text)) or text.lower()
 
 
-def word_times(timeline: list[tuple[float, dict[str, Any]]], sent: dict[int, float]) -> list[dict[str, Any]]:
+def word_times(timeline: list[tuple[float, dict[str, Any]]]) -> list[dict[str, Any]]:
     """Per committed word: its text, audio end and the clock of each stage (audio seconds)."""
     words: dict[int, dict[str, Any]] = {}
     shown: list[tuple[float, str, float]] = []  # (clock, key, midpoint) of every word shown so far
@@ -177,8 +118,6 @@ def word_times(timeline: list[tuple[float, dict[str, Any]]], sent: dict[int, flo
             for e in msg["events"]:
                 if e["final"] and e["index"] in words:
                     words[e["index"]].update(final=clock, label=e["label"])
-                    if e["index"] in sent:
-                        words[e["index"]]["sent"] = sent[e["index"]]
         elif kind == "caption":
             for i in range(msg["first"], msg["last"] + 1):
                 if i in words:
@@ -186,27 +125,27 @@ def word_times(timeline: list[tuple[float, dict[str, Any]]], sent: dict[int, flo
     return [words[i] for i in sorted(words)]
 
 
-def server_log(
-    path: Path, started: float, first_line: int
-) -> tuple[list[dict], dict[int, float], list[dict]]:
-    """The debug log lines of one stream: its recognition passes, when each word's final
-    punctuation was sent (audio clock), and its pushes to the punctuation stream (audio clock,
-    first word, number of words, the stream's clock ``now``)."""
-    passes, sent, pushes = [], {}, []
-    for line in path.read_text().splitlines()[first_line:]:
+def server_recording(folder: Path, seen: set[Path]) -> tuple[str, dict[str, Any]]:
+    """The session id and recording of the stream just run (``serve --record folder``: the one
+    SESSION.jsonl not in ``seen``; then seen), the recording as the timelines keep it:
+    ``{"settings", "calls"}``."""
+    (path,) = set(folder.glob("*.jsonl")) - seen
+    seen.add(path)
+    settings, calls = read_recording(path)
+    return path.stem, {"settings": settings, "calls": calls}
+
+
+def passes_of(path: Path, session: str) -> list[dict]:
+    """The stream's recognition passes: the debug log's ``asr_pass`` lines."""
+    passes = []
+    for line in path.read_text().splitlines():
         try:
             entry = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if entry.get("event") == "asr_pass":
+        if entry.get("event") == "asr_pass" and entry.get("session") == session:
             passes.append(entry)
-        elif entry.get("event") == "final_sent":
-            for i in range(entry["first"], entry["last"] + 1):
-                sent.setdefault(i, entry["t"] - started)
-        elif entry.get("event") == "asr_push":
-            push = {"clock": entry["t"] - started, "first": entry["first"], "words": entry["words"]}
-            pushes.append({**push, "now": entry["now"], "tentative": entry.get("tentative", [])})
-    return passes, sent, pushes
+    return passes
 
 
 def summarise(words: list[dict[str, Any]], passes: list[dict], parts: list[dict]) -> dict[str, Any]:
@@ -249,20 +188,23 @@ def run_frontend(
     """One run of a front end: a server of its own, every input streamed through it. Per set, its
     words, passes and per-input accuracy (for :func:`summarise`); and each stream's timeline."""
     log = logdir / f"{name}.log"
+    record = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=logdir))  # a server's session ids restart
     cmd = [sys.executable, "-m", "streampunct.server.app", "--port", "0", "--preload-asr", "--device", "cpu"]
-    cmd += ["--model", args.model, "--asr-model", args.asr_model, "--log-level", "debug", *flags]
+    cmd += ["--model", args.model, "--asr-model", args.asr_model, "--log-level", "debug"]
+    cmd += ["--record", str(record), *flags]
     with log.open("w") as err:
         server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
         url = server.stdout.readline().split()[-1]  # type: ignore[union-attr]
         config = {"lookahead": args.lookahead, "max_delay_ms": args.max_delay_ms}
         by_set: dict[str, dict[str, list]] = {}
-        timelines = []
+        timelines: list[dict] = []
+        seen: set[Path] = set()  # the recordings of the streams before
         try:
             for item in inputs:
-                first_line = len(log.read_text().splitlines())
                 result = asyncio.run(stream_file(url, item["audio"], 1.0, P.Config(**config)))
-                passes, sent, pushes = server_log(log, result.started, first_line)
-                words = word_times(result.timeline, sent)
+                session, recorded = server_recording(record, seen)
+                words = word_times(result.timeline)
+                passes = passes_of(log, session)
                 acc = accuracy(words, item["text"])
                 s = by_set.setdefault(item["set"], {"words": [], "passes": [], "parts": []})
                 s["words"] += words
@@ -284,8 +226,7 @@ def run_frontend(
                             for w in words
                             if "final" in w
                         ],
-                        "pushes": pushes,
-                        "end_clock": result.timeline[-1][0],
+                        "recording": recorded,
                     }
                 )
         finally:
@@ -309,8 +250,11 @@ def measure(names: list[str], inputs: list[dict], args: argparse.Namespace) -> d
     with tempfile.TemporaryDirectory() as tmp:
         for run in range(args.runs):
             for name in names:
-                print(f"front end {name}, run {run + 1} of {args.runs}: {FRONTENDS[name]}", flush=True)
-                by_set, streams = run_frontend(name, FRONTENDS[name].split(), inputs, args, Path(tmp))
+                print(
+                    f"front end {name}, run {run + 1} of {args.runs}: {' '.join(settings(name))}", flush=True
+                )
+                flags = server_args(name, Path(tmp))
+                by_set, streams = run_frontend(name, flags, inputs, args, Path(tmp))
                 raw[name].append(by_set)
                 timelines[name] += [{**s, "run": run} for s in streams]
     out = {}
@@ -321,7 +265,7 @@ def measure(names: list[str], inputs: list[dict], args: argparse.Namespace) -> d
             if len(runs) > 1:
                 each = (pooled_summary([r], set_name) for r in runs)
                 sets[set_name]["runs"] = [{k: e[k] for k in ("latency_s", "wer", "micro_f1")} for e in each]
-        out[name] = {"flags": FRONTENDS[name].split(), "runs": len(runs), "sets": sets}
+        out[name] = {"flags": settings(name), "runs": len(runs), "sets": sets}  # its --config's settings
         if args.timelines:
             path = Path(args.timelines) / f"{name}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -331,59 +275,9 @@ def measure(names: list[str], inputs: list[dict], args: argparse.Namespace) -> d
     return out
 
 
-def flags_text(flags: list[str]) -> str:
-    return f"`{' '.join(flags)}`" if flags else "the server's defaults"
-
-
-def table(payload: dict[str, Any]) -> str:
-    lines = [
-        "| front end | run | input | words | latency median s | p95 s | caption line median s | WER % | micro-F1 |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    m = payload["machine"]
-    for name, fe in payload["frontends"].items():
-        for set_name, s in fe["sets"].items():
-            cap = s["caption_s"]["median"] if s["caption_s"] else float("nan")
-            lines.append(
-                f"| {name} | {fe.get('date', m['date'])} | {set_name} | {s['words']} | {s['latency_s']['median']:.2f} | "
-                f"{s['latency_s']['p95']:.2f} | {cap:.2f} | {s['wer']:.1f} | {s['micro_f1']:.1f} |"
-            )
-    lines += [
-        "",
-        f"Punctuation model {payload.get('model', 'default')}, {payload['asr_model']} int8, "
-        f"lookahead {payload['lookahead']}, time limit {payload['max_delay_ms']:.0f} ms, "
-        f"real-time input in 0.25 s chunks, on {m['cpu']} ({m['cores']} cores). Front ends: "
-        + "; ".join(f"`{k}`: {flags_text(v['flags'])}" for k, v in payload["frontends"].items())
-        + ". `python benchmarks/caption_latency.py --audio ../shared/data/audio --e2e-cache ../e2e_cache"
-        + (f" --model {payload['model']}" if payload.get("model", "default") != "default" else "")
-        + "`.",
-    ]
-    return "\n".join(lines)
-
-
-def breakdown(payload: dict[str, Any]) -> str:
-    """Median (p95) seconds of each stage, and the recogniser's passes."""
-    lines = [
-        "| front end | input | end → seen | seen → committed | committed → final sent | sent → received "
-        "| pass s | real-time factor | passes |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, fe in payload["frontends"].items():
-        for set_name, s in fe["sets"].items():
-            cells = [
-                f"{round(st['median'], 2) + 0.0:.2f} ({st['p95']:.2f})" if st else "-"  # no "-0.00"
-                for st in (s["breakdown_s"][f"{a}->{b}"] for a, b in zip(("end", *STAGES), STAGES))
-            ]
-            lines.append(
-                f"| {name} | {set_name} | {' | '.join(cells)} | {s['pass_s']['median']:.2f} | "
-                f"{s['real_time_factor']['median']:.2f} | {s['passes']} |"
-            )
-    return "\n".join(lines)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--audio", required=True, help="the shared/data/audio folder")
+    ap.add_argument("--audio", help="the shared/data/audio folder")
     ap.add_argument("--e2e-cache", default=None, help="benchmarks/e2e.py's cache: adds the 14.6 min stream")
     ap.add_argument(
         "--frontends", default="today,default", help=f"comma-separated, of {', '.join(FRONTENDS)}"
@@ -400,7 +294,11 @@ def main() -> None:
     ap.add_argument(
         "--runs", type=int, default=1, help="measure each front end this many times, interleaved (pooled)"
     )
-    ap.add_argument("--timelines", default=None, help="folder for the streams' timelines (for latency_f1.py)")
+    ap.add_argument(
+        "--timelines",
+        default=None,
+        help="folder for the streams' timelines and recordings (for latency_f1.py)",
+    )
     ap.add_argument("--out", default="caption_latency.json")
     ap.add_argument(
         "--setting",
@@ -412,23 +310,28 @@ def main() -> None:
         "--docs-from",
         nargs="+",
         metavar="JSON",
-        help="write docs/latency.md's tables from these results, run nothing",
+        help="write docs/latency.md's tables from these results (in benchmarks/results, FILE@COMMIT: as "
+        "git kept it), run nothing",
     )
     args = ap.parse_args()
 
-    if args.docs_from:  # several runs side by side, each front end with its run's date
-        runs = {Path(p).stem: json.loads(Path(p).read_text()) for p in args.docs_from}
+    if args.docs_from:  # several runs side by side (FILE@COMMIT: as git kept it)
+        runs = {}
+        for source in args.docs_from:
+            path = resolve(source, RESULTS)
+            if path is None:
+                raise SystemExit(f"--docs-from: {source}: no such result file here")
+            runs[source] = (path.stem, json.loads(path.read_text()))
         frontends: dict[str, Any] = {}
-        for stem, run in runs.items():  # a front end measured again: a row of its own, named by its file
+        for stem, run in runs.values():  # a front end measured again: a row of its own, named by its file
             for name, fe in run["frontends"].items():
-                frontends[name if name not in frontends else f"{name} ({stem})"] = {
-                    **fe,
-                    "date": run["machine"]["date"],
-                }
-        merged = {**next(iter(runs.values())), "frontends": frontends}
-        update_readme("latency", table(merged))
+                frontends[name if name not in frontends else f"{name} ({stem})"] = fe
+        merged = {**next(iter(runs.values()))[1], "frontends": frontends}
+        update_readme("latency", table(merged, {f: run["machine"]["date"] for f, (_, run) in runs.items()}))
         update_readme("breakdown", breakdown(merged))
         return
+    if not args.audio:
+        ap.error("--audio is required (unless --docs-from)")
     sets = args.sets.split(",")
     inputs = clip_inputs(Path(args.audio)) if "clips" in sets else []
     if "long" in sets and args.e2e_cache:
@@ -456,7 +359,7 @@ def main() -> None:
             )
     print(f"wrote {write_json(args.out, payload, args.setting)}")
     if args.docs:
-        update_readme("latency", table(payload))
+        update_readme("latency", table(payload, {args.out: payload["machine"]["date"]}))
         update_readme("breakdown", breakdown(payload))
 
 

@@ -1,15 +1,14 @@
 """Shared by the benchmarks, and by the tests that run them or a server: not a benchmark itself.
-The benchmarks import it, the package and third-party packages, never one another or the tests.
-Importing it needs no dev extras: jsonschema is imported only where a reply is validated.
+The benchmarks import it, the package, benchmarks/lib/ and third-party packages, never one another
+or the tests. Importing it needs no dev extras: jsonschema is imported only where a reply is validated.
 
-- the machine, timing, and writing results (JSON under benchmarks/results/, tables into the docs);
-- audio: clips and their texts, WAVs, faster-whisper's word times on the clips;
-- the recordings cache of ``benchmarks/e2e.py record``, and a recorded stream replayed;
+- the machine, timing, and writing results (stamped JSON under benchmarks/results/, tables into docs);
 - a real ``streampunct serve``: started, stopped, its memory, and espeak-ng speech for /v1/asr;
 - talking to a server as the protocol says: each reply validated against its JSON Schema
   (docs/schema/), a short script played on /v1/punct, the final labels read off the replies.
 
-The fuzz's generator, oracle and client are not here: ``benchmarks/fuzz.py`` holds them.
+Audio clips and the recordings of ``python -m benchmarks.e2e record`` are in benchmarks/lib/recordings.py;
+the fuzz's generator, oracle and client in benchmarks/lib/fuzz_*.py.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -31,13 +31,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import numpy as np
 from websockets.asyncio.client import connect
 
 from streampunct.text import normalize, render
-from streampunct.types import SAMPLE_RATE, Word
 
 if TYPE_CHECKING:
     from streampunct import Punctuator
@@ -103,12 +101,68 @@ def device_suffix(device: object) -> str:
     return "" if kind == "cpu" else f"_{kind}"
 
 
-def write_json(name: str, payload: dict[str, object], setting: str | None = None) -> Path:
-    """The benchmark's one current result file. A run of another ``setting`` than the default (an
-    engine, int8) goes into the file's ``settings`` under that name; a default run keeps them."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / name
+def command(argv: Sequence[str] | None = None) -> str:
+    """How this run was started: ``python -m benchmarks.NAME`` and its arguments (``argv``, else the
+    command line's), quoted as a shell reads them."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = str(getattr(spec, "name", "") or "")
+    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
+    if not name.startswith("benchmarks.") and script.suffix == ".py" and script.parent.name == "benchmarks":
+        name = f"benchmarks.{script.stem}"
+    head = ["python", "-m", name] if name.startswith("benchmarks.") else ["python", str(script)]
+    return shlex.join([*head, *(sys.argv[1:] if argv is None else argv)])
+
+
+def commit() -> str | None:
+    """The repository's HEAD, with "-dirty" where tracked files differ from it; None without git."""
+    try:
+        git = ["git", "--no-optional-locks", "-C", str(ROOT)]
+        head, changed = (
+            subprocess.run([*git, *args], capture_output=True, text=True, check=True).stdout.strip()
+            for args in (["rev-parse", "HEAD"], ["status", "--porcelain", "--untracked-files=no"])
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("-dirty" if changed else "")
+
+
+def stamped(payload: dict[str, object], argv: Sequence[str] | None = None) -> dict[str, object]:
+    """The payload after what made it: ``command`` (:func:`command`), ``commit`` (:func:`commit`),
+    ``date`` (now, UTC, ISO 8601) and ``machine`` (the payload's own, measured by the run, else
+    :func:`machine`). The stamps replace keys of those names in the payload."""
+    stamp = {
+        "command": command(argv),
+        "commit": commit(),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": payload.get("machine") or machine(),
+    }
+    return {**stamp, **{k: v for k, v in payload.items() if k not in stamp}}
+
+
+def write_result(path: Path, payload: dict[str, object], argv: Sequence[str] | None = None) -> Path:
+    """``payload``, stamped (:func:`stamped`), as the whole of the JSON file ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(stamped(payload, argv), indent=2) + "\n")
+    return path
+
+
+def write_json(
+    name: str | Path,
+    payload: dict[str, object],
+    setting: str | None = None,
+    *,
+    folder: Path | None = None,
+    argv: Sequence[str] | None = None,
+) -> Path:
+    """The benchmark's one current result file, ``name`` under ``folder`` (benchmarks/results/; a
+    path of its own stays one), stamped (:func:`stamped`; ``argv``: the arguments the command was
+    given, where not the command line's). A run of another ``setting`` than the default (an
+    engine, int8) goes into the file's ``settings`` under that name, stamped there; a default run
+    keeps them."""
+    path = (RESULTS if folder is None else folder) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
     old = json.loads(path.read_text()) if path.is_file() else {}
+    payload = stamped(payload, argv)
     if setting is None:
         data = {**payload, "settings": old["settings"]} if "settings" in old else payload
     else:
@@ -127,101 +181,6 @@ def update_readme(section: str, markdown: str) -> None:
             page.write_text(pattern.sub(lambda m: m.group(1) + markdown.rstrip() + "\n" + m.group(2), text))
             return
     raise SystemExit(f"no <!-- {section}:start/end --> markers in {', '.join(p.name for p in PAGES)}")
-
-
-# --- audio -------------------------------------------------------------------------------------
-
-CLIP_GAP_S = 1.0  # silence between joined clips
-
-
-def silence(seconds: float) -> np.ndarray:
-    return np.zeros(int(round(seconds * SAMPLE_RATE)), dtype=np.float32)
-
-
-def read_wav(path: Path) -> np.ndarray:
-    with wave.open(str(path), "rb") as w:
-        assert w.getframerate() == SAMPLE_RATE and w.getnchannels() == 1
-        return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float32) / 32768.0
-
-
-AUDIO_SUFFIXES = (".wav", ".mp3", ".flac")
-
-
-def clip_pairs(folder: Path) -> list[tuple[Path, Path]]:
-    """NAME.wav (or .mp3, .flac) with NAME.txt, by name."""
-    return [
-        (a, a.with_suffix(".txt"))
-        for a in sorted(folder.iterdir())
-        if a.suffix in AUDIO_SUFFIXES and a.with_suffix(".txt").is_file()
-    ]
-
-
-def transcribe(audio_dir: Path, model_dir: str) -> list[Word]:
-    """faster-whisper's words (``model_dir``, int8, greedy) with their times on jfk_16k.wav and the
-    LJSpeech clips of ``audio_dir``, the clips one stream, CLIP_GAP_S apart."""
-    from faster_whisper import WhisperModel
-
-    asr = WhisperModel(model_dir, device="cpu", compute_type="int8")
-    clips = [audio_dir / "jfk_16k.wav", *sorted((audio_dir / "ljspeech").glob("*.wav"))]
-    words: list[Word] = []
-    offset = 0.0
-    for clip in clips:
-        segments, info = asr.transcribe(str(clip), language="en", word_timestamps=True, beam_size=1)
-        for seg in segments:
-            for w in seg.words or []:
-                words.append(Word(w.word.strip(), offset + w.start, offset + w.end))
-        offset += info.duration + CLIP_GAP_S
-    return words
-
-
-# --- the recordings of benchmarks/e2e.py record --------------------------------------------------
-
-STREAM_ASR = "tiny.en"
-SETS = {
-    "synthetic_conversation": "synthetic conversation",
-    "synthetic_monologue": "synthetic monologue",
-    "human": "human",
-    "human_extra": "human (extra)",
-    "speech_dev": "speech dev",
-    "speech_test": "speech test",
-}
-
-
-def streamed_words(asr: dict) -> list[dict]:
-    return [w for c in asr["calls"] if "push" in c for w in c["push"]]
-
-
-def load_recordings(cache: Path) -> list[dict]:
-    recs = [json.loads(p.read_text()) for p in sorted(cache.glob("*.json"))]
-    recs = [r for r in recs if STREAM_ASR in r.get("streaming", {})]
-    if not recs:
-        raise SystemExit(f"{cache}: no recorded recordings; run `record` first")
-    order = list(SETS)
-    return sorted(recs, key=lambda r: (order.index(r["set"]), r["name"]))
-
-
-# --- a recorded stream replayed ------------------------------------------------------------------
-
-
-def replay(p: Punctuator, stream: dict[str, Any], k: int, max_delay_ms: float) -> list[dict[str, Any]]:
-    """The recorded pushes into a fresh stream of lookahead k: each word with its final label and
-    the clock (audio seconds) at which it became final. The recogniser's provisional words go with
-    each push as tentative lookahead where the live run had them (``--provisional-lookahead on``)."""
-    words = [Word(w["text"], w["start"], w["end"]) for w in stream["words"]]
-    s = p.stream(lookahead=k, max_delay_ms=max_delay_ms)
-    out = [{"text": w.text, "end": w.end} for w in words]
-
-    def take(events, clock: float) -> None:
-        for e in events:
-            if e.final:
-                out[e.index].update(label=e.label, final=clock)
-
-    for push in stream["pushes"]:
-        guess = [Word(w["text"], w["start"], w["end"]) for w in push.get("tentative", [])]
-        pushed = words[push["first"] : push["first"] + push["words"]]
-        take(s.push(pushed, now=push["now"], tentative=guess), push["clock"])
-    take(s.finish(), stream["end_clock"])
-    return out
 
 
 # --- the server ---------------------------------------------------------------------------------
@@ -268,11 +227,16 @@ def free_port() -> int:
 
 
 def start_server(
-    *args: str, log: Path | None = None, env: dict[str, str] | None = None, ray: int | None = None
+    *args: str,
+    log: Path | None = None,
+    env: dict[str, str] | None = None,
+    ray: int | None = None,
+    cpus: str | None = None,
 ) -> Server:
     """A `streampunct serve` on a free port of 127.0.0.1; its log (stderr) goes to ``log``. ``ray``:
     `streampunct serve-ray` instead, with that many session replicas and one encoder on a local Ray
-    (its ``pid`` is the driver's, not the replicas')."""
+    (its ``pid`` is the driver's, not the replicas'). ``cpus``: the cores it may run on (taskset's
+    list, "0" or "0,1"; it makes a batching lane a core it has)."""
     if log is None:
         log = Path(tempfile.mkstemp(prefix="streampunct-soak-", suffix=".log")[1])
     # the soak runs speech faster than real time, at full speed by design: admission by load
@@ -282,7 +246,15 @@ def start_server(
         command = ["streampunct.cli", "serve-ray", "--port", str(free_port()), "--session-replicas", str(ray)]
     with log.open("w") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", *command, "--host", "127.0.0.1", *args],
+            [
+                *(["taskset", "-c", cpus] if cpus else []),
+                sys.executable,
+                "-m",
+                *command,
+                "--host",
+                "127.0.0.1",
+                *args,
+            ],
             stdout=subprocess.PIPE,
             stderr=err,
             text=True,

@@ -1,6 +1,6 @@
 """Checkpoints on the same labelled words: is one better than the other, or is it chance?
 
-    python benchmarks/compare_models.py --data DEV.tsv --models default DIR [DIR ...] \\
+    python -m benchmarks.compare_models --data DEV.tsv --models default DIR [DIR ...] \\
         [--modes 0 2 offline] [--block 250] [--out NAME]
 
 Each model labels the words of ``--data`` (``word<TAB>LABEL``, as ``streampunct evaluate`` reads
@@ -14,17 +14,14 @@ resamples in which the later model is worse). For decisions, on dev data only. W
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, write_json  # noqa: E402
-
-from streampunct import Punctuator, read_iwslt  # noqa: E402
-from streampunct.metrics import count  # noqa: E402
-from streampunct.scoring import TALLY, paired  # noqa: E402
+from benchmarks.common import machine, write_json
+from streampunct import read_iwslt
+from streampunct.metrics import count
+from streampunct.scoring import TALLY, paired
+from streampunct.training import teacher
 
 
 def block_tallies(labels: list[str], predicted: list[str], block: int) -> dict[int, np.ndarray]:
@@ -61,7 +58,7 @@ def main() -> None:
     modes = [None if m == "offline" else int(m) for m in args.modes]
     tallies: dict[str, dict[str, dict[int, np.ndarray]]] = {}
     for name in args.models:
-        p = Punctuator.load(name, device=args.device)
+        p = teacher.punctuator(name, device=args.device)  # a plain checkpoint, or FFA's teacher
         tallies[name] = {
             mode_name(k): block_tallies(labels, p.predict(words, lookahead=k), args.block) for k in modes
         }
@@ -76,7 +73,6 @@ def main() -> None:
                 f"{other} - {base}, {mode}: {r['a']} - {r['b']} = {r['diff']:+.2f} {r['ci95']} (worse in {r['p_worse']:.1%})"
             )
     payload = {
-        "command": "python " + " ".join(sys.argv),
         "machine": machine(),
         "data": args.data,
         "words": len(words),

@@ -1,7 +1,7 @@
 """Offline and streaming accuracy on conversation and on IWSLT2011 (Ref and ASR), model by model.
 
     streampunct prepare-conversation --out CONV          # the chit-chat sets, once
-    python benchmarks/conversation.py --conv CONV --iwslt ../shared/data/iwslt \\
+    python -m benchmarks.conversation --conv CONV --iwslt ../shared/data/iwslt \\
         --models before=default after=runs/conv/best [--name conversation]
 
 For each model (label=name-or-folder), the IWSLT protocol (per-class P/R/F1, micro-F1, macro-F1,
@@ -14,15 +14,12 @@ benchmarks/results/<name>.json and prints a markdown table of micro-F1.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, write_json  # noqa: E402
-
-from streampunct import Punctuator, read_iwslt, score  # noqa: E402
-from streampunct.text import normalize_labeled  # noqa: E402
+from benchmarks.common import machine, write_json
+from streampunct import Punctuator, read_iwslt, score
+from streampunct.text import normalize_labeled
 
 MODES: list[tuple[str, int | None]] = [("k=0", 0), ("k=2", 2), ("offline", None)]
 

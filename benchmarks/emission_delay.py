@@ -1,6 +1,7 @@
 """Emission delay of final punctuation with real word timings, for lookahead 0..4.
 
-    python benchmarks/emission_delay.py --audio ../shared/data/audio [--asr-model DIR] [--max-delay-ms 1000]
+    python -m benchmarks.emission_delay --audio ../shared/data/audio [--asr-model DIR] [--max-delay-ms 1000]
+    python -m benchmarks.emission_delay --docs-only     # docs/results.md's table from the saved result
 
 faster-whisper (tiny.en by default) transcribes jfk_16k.wav and the LJSpeech clips with word
 timestamps; the clips are joined into one stream (1 s apart). On a simulated clock each word is
@@ -13,15 +14,15 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import statistics
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, percentile, transcribe, update_readme, write_json  # noqa: E402
-
-from streampunct import Punctuator  # noqa: E402
-from streampunct.types import Word  # noqa: E402
+from benchmarks.common import RESULTS, machine, percentile, update_readme, write_json
+from benchmarks.lib import doc_text
+from benchmarks.lib.recordings import transcribe
+from streampunct import Punctuator
+from streampunct.types import Word
 
 TICK_S = 0.05
 
@@ -64,12 +65,18 @@ def summary(xs: list[float]) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--audio", required=True, help="the shared/data/audio folder")
+    ap.add_argument("--audio", help="the shared/data/audio folder")
     ap.add_argument("--asr-model", default=None, help="CTranslate2 Whisper folder (default: tiny.en package)")
     ap.add_argument("--model", default=None, help="punctuation checkpoint (default: shipped)")
     ap.add_argument("--max-delay-ms", type=float, default=1000)
     ap.add_argument("--readme", action="store_true")
+    ap.add_argument("--docs-only", action="store_true", help="rewrite the section from the saved result")
     args = ap.parse_args()
+    if args.docs_only:
+        update_readme("delay", table(json.loads((RESULTS / "emission_delay.json").read_text())))
+        return
+    if not args.audio:
+        ap.error("--audio is required (unless --docs-only)")
 
     words = transcribe(Path(args.audio), args.asr_model or default_asr_model())
     p = Punctuator.load(args.model, device="cpu")
@@ -105,12 +112,13 @@ def table(payload: dict) -> str:
             f"| {r['lookahead']} | {ms['p50']:.0f} | {ms['p90']:.0f} | {ms['p99']:.0f} | {ms['max']:.0f} | "
             f"{wd['p50']:.0f} | {wd['max']:.0f} |"
         )
-    lines.append("")
-    lines.append(
-        f"{payload['words']} words, {payload['audio_seconds']} s of speech (jfk + 16 LJSpeech clips, tiny.en "
-        f"word timestamps), time limit {payload['max_delay_ms']:.0f} ms; "
-        "`python benchmarks/emission_delay.py --audio ../shared/data/audio`."
-    )
+    command = str(payload.get("command", "python -m benchmarks.emission_delay --audio ../shared/data/audio"))
+    lines += [
+        "",
+        f"{payload['words']} words, {payload['audio_seconds']} s of speech (jfk + 16 LJSpeech clips, tiny.en word "
+        f"timestamps), time limit {payload['max_delay_ms']:.0f} ms.",
+        doc_text.provenance("emission_delay.json", command),
+    ]
     return "\n".join(lines)
 
 

@@ -1,8 +1,8 @@
 """The fusion with what the recogniser heard, fitted and measured on speech dev, left out per recording.
 
-    python benchmarks/hearing.py --cache ../e2e_cache [--model default] [--write-checkpoint DIR]
+    python -m benchmarks.hearing --cache ../e2e_cache [--model default] [--write-checkpoint DIR]
 
-The speech dev recordings of ``benchmarks/e2e.py record`` (their calls carry each word's cues:
+The speech dev recordings of ``python -m benchmarks.e2e record`` (their calls carry each word's cues:
 the decoder's mark probabilities) run through streams of ``--model`` at k = 0, 1
 and 2 with the clients' time limit, as the server runs them, and
 :func:`streampunct.training.hearing.fit_hearing` fits :class:`~streampunct.hearing.SpeechFusion`
@@ -26,22 +26,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, write_json  # noqa: E402
-
-from streampunct import Punctuator  # noqa: E402
-from streampunct.hearing import SpeechFusion  # noqa: E402
-from streampunct.options import StreamOptions  # noqa: E402
-from streampunct.scoring import compare, paired, reference, unit_tallies, whisper_tokens, word_tokens  # noqa: E402
-from streampunct.training.hearing import (  # noqa: E402
+from benchmarks.common import machine, write_json
+from streampunct import Punctuator
+from streampunct.hearing import SpeechFusion
+from streampunct.options import StreamOptions
+from streampunct.scoring import compare, paired, reference, unit_tallies, whisper_tokens, word_tokens
+from streampunct.training.hearing import (
     Traced,
     decide,
     fit_hearing,
@@ -138,12 +134,7 @@ def main() -> None:
     }
     for b, r in report["paired_k2_left_out"].items():
         print(f"fused - {b}: {r['micro_f1']['diff']} {r['micro_f1']['ci95']}", flush=True)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
     payload = {
-        "command": "python " + " ".join(sys.argv),
-        "commit": commit,
         "machine": machine(),
         "model": args.model,
         "max_delay_ms": delay,

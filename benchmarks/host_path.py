@@ -1,6 +1,6 @@
 """Host time a word with thousands of streams in one process, the model's forward timed apart.
 
-    python benchmarks/host_path.py [--streams 1000 5000] [--steps 10] [--engine auto]
+    python -m benchmarks.host_path [--streams 1000 5000] [--steps 10] [--engine auto]
 
 N streams each get one word a step (3 words a second of simulated speech, k=2, the 1.5 s time
 limit), and every step runs the streams' jobs through the scheduler's ``run_batch`` in batches of
@@ -22,20 +22,17 @@ import random
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, rss_mb, write_json  # noqa: E402
-
-from streampunct import Punctuator  # noqa: E402
-from streampunct import scheduler as sched  # noqa: E402
-from streampunct.model import ModelConfig, PunctModel  # noqa: E402
-from streampunct.pieces import WordPieces  # noqa: E402
-from streampunct.punctuator import DEFAULT_CHECKPOINT  # noqa: E402
-from streampunct.stream import Push  # noqa: E402
+from benchmarks.common import machine, rss_mb, write_json
+from streampunct import Punctuator
+from streampunct import scheduler as sched
+from streampunct.model import ModelConfig, PunctModel
+from streampunct.pieces import WordPieces
+from streampunct.punctuator import DEFAULT_CHECKPOINT
+from streampunct.stream import Push
 
 RATE = 3.0  # words a second a stream
 WORDS = (
@@ -147,7 +144,6 @@ def main() -> int:
     out = write_json(
         "host_path.json",
         {
-            "command": " ".join(["python", *sys.argv]),
             "machine": machine(),
             "engine": args.engine,
             "max_batch": args.max_batch,

@@ -1,7 +1,8 @@
 """Latency against punctuation F1: the punctuator alone, and the whole live pipeline.
 
-    python benchmarks/latency_f1.py --audio ../shared/data/audio --timelines ../timelines
-    python benchmarks/latency_f1.py --quick        # no data, no recogniser: what the test suite runs
+    python -m benchmarks.latency_f1 --audio ../shared/data/audio --timelines ../timelines
+    python -m benchmarks.latency_f1 --quick        # no data, no recogniser: what the test suite runs
+    python -m benchmarks.latency_f1 --docs-only    # docs/latency.md's table from the saved result
 
 (a) **The punctuator alone.** For each shipped model and engine: micro-F1 and per-class F1 on
 IWSLT2011 test, Ref and ASR, for lookahead k = 0 to 4 and offline (``accuracy.json`` and
@@ -10,12 +11,14 @@ the emission delay of k: how long after a word ends its final mark is decided, m
 words and in milliseconds, on real word timings (Whisper tiny.en on the audio clips; ``--quick``:
 synthetic timings) and no time limit. Offline waits for the end of the transcript.
 
-(b) **The whole pipeline.** ``benchmarks/caption_latency.py --timelines DIR`` records, for each
-front end, when the server pushed each recognised word to the punctuation stream and with which
-clock. Replayed here into a fresh stream for each k (time limit 1500 ms, as live), they give each
-word's latency (its end in the audio to its final punctuation) and the punctuation F1 against the
-reference text, beside that front end's WER. The replay leaves out the few milliseconds a decision
-and its message take (caption_latency.py measures them live, at k=2).
+(b) **The whole pipeline.** ``python -m benchmarks.caption_latency --timelines DIR`` keeps, for each
+front end, each stream's recording (the server's ``--record``: every call on the punctuation
+stream, its pushes of the recognised words and the pause clock's ticks, with the audio clock it was
+made at). Replayed here (``streampunct.pipeline.replay``) into a fresh stream for each k (time limit
+1500 ms, as live; the engine the model picks for k), they give each word's latency (its end in the
+audio to the clock of the call that made it final) and the punctuation F1 against the reference
+text, beside that front end's WER. The replay leaves out the few milliseconds a decision and its
+message take (caption_latency.py measures them live, at k=2).
 
 Writes ``latency_f1.json`` and ``latency_f1.png`` under ``benchmarks/results/`` (``--quick``: a
 temporary folder, or ``--out DIR``).
@@ -33,15 +36,16 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import RESULTS, machine, percentile, replay, transcribe, update_readme  # noqa: E402
-
-from streampunct import Punctuator  # noqa: E402
-from streampunct.prosody import synthetic_times  # noqa: E402
-from streampunct.scoring import accuracy, metrics, pool  # noqa: E402
-from streampunct.speech import resolve_asr_model  # noqa: E402
-from streampunct.training.conversation import labeled_words  # noqa: E402
-from streampunct.types import Word  # noqa: E402
+from benchmarks.common import RESULTS, machine, percentile, update_readme, write_result
+from benchmarks.lib import doc_text
+from benchmarks.lib.recordings import recording_of, transcribe
+from streampunct import Punctuator
+from streampunct.pipeline import replay
+from streampunct.prosody import synthetic_times
+from streampunct.scoring import accuracy, metrics, pool
+from streampunct.speech import resolve_asr_model
+from streampunct.training.conversation import labeled_words
+from streampunct.types import Word
 
 LOOKAHEADS = (0, 1, 2, 3, 4)
 ACCURACY = {"default": "accuracy.json", "base": "accuracy_base.json"}
@@ -101,6 +105,8 @@ def punctuator_panel(results: Path, delays: dict[str, dict]) -> list[dict[str, A
 
 
 def pipeline_panel(p: Punctuator, timelines: Path, max_delay_ms: float) -> list[dict[str, Any]]:
+    """Per front end (a timelines file), set and k: each stream's recording replayed with lookahead
+    k and ``max_delay_ms``; each word's latency is its final clock less its end."""
     rows = []
     for path in sorted(timelines.glob("*.json")):
         rec = json.loads(path.read_text())
@@ -111,8 +117,8 @@ def pipeline_panel(p: Punctuator, timelines: Path, max_delay_ms: float) -> list[
             for k in LOOKAHEADS:
                 latency, parts = [], []
                 for stream in streams:
-                    words = replay(p, stream, k, max_delay_ms)
-                    latency += [w["final"] - w["end"] for w in words]
+                    words = replay(p, recording_of(stream["recording"]), k, max_delay_ms, "auto")
+                    latency += [w["clock"] - w["end"] for w in words]
                     parts.append(accuracy(words, stream["text"]))
                 acc = metrics(pool(parts))
                 rows.append(
@@ -199,33 +205,45 @@ def chart(payload: dict[str, Any], path: Path) -> None:
 
 
 def table(payload: dict[str, Any]) -> str:
-    lines = [
-        "| front end | input | k | latency median s | p95 s | micro-F1 | COMMA | PERIOD | QUESTION | WER % |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+    head = [
+        "front end",
+        "input",
+        "k",
+        "latency median s",
+        "p95 s",
+        "micro-F1",
+        "COMMA",
+        "PERIOD",
+        "QUESTION",
+        "WER %",
     ]
-    for r in shown(payload):
-        lines.append(
-            f"| {r['frontend']} | {r['set']} | {r['lookahead']} | {r['latency_s']['median']:.2f} | "
-            f"{r['latency_s']['p95']:.2f} | {r['micro_f1']:.1f} | {r['COMMA']:.1f} | {r['PERIOD']:.1f} | "
-            f"{r['QUESTION']:.1f} | {r['wer']:.1f} |"
-        )
+    body = [
+        [
+            r["frontend"],
+            r["set"],
+            str(r["lookahead"]),
+            f"{r['latency_s']['median']:.2f}",
+            f"{r['latency_s']['p95']:.2f}",
+            *(f"{r[c]:.1f}" for c in ("micro_f1", "COMMA", "PERIOD", "QUESTION", "wer")),
+        ]
+        for r in shown(payload)
+    ]
     m = payload["machine"]
     others = sorted({r["frontend"] for r in payload["pipeline"]} - set(SHOWN))
-    lines += [
-        "",
-        (f"The result file also holds {', '.join(others)}: earlier front ends, replayed. " if others else "")
-        + f"Replayed from the live runs of `benchmarks/caption_latency.py` (tiny.en int8, real-time input, time limit "
-        f"1500 ms) on {m['cpu']} ({m['cores']} cores), {m['date']}. `python benchmarks/latency_f1.py --audio "
-        "../shared/data/audio --timelines ../timelines`.",
-    ]
+    text = (
+        "Live runs of `python -m benchmarks.caption_latency` replayed (tiny.en int8, time limit 1500 ms), "
+        f"{doc_text.where(m)}."
+    )
     by_date: dict[str, list[str]] = {}
     for name, date in payload.get("kept", {}).get("frontends", {}).items():
-        if name not in SHOWN:
-            continue
-        by_date.setdefault(date, []).append(f"`{name}`")
+        if name in SHOWN:
+            by_date.setdefault(date, []).append(f"`{name}`")
     for date, names in sorted(by_date.items()):
-        lines[-1] += f" {', '.join(names)}: replayed on {date} with the default model of that day (`--keep`)."
-    return "\n".join(lines)
+        text += f" {', '.join(names)}: replayed on {date} with the default model of that day (`--keep`)."
+    text += f" Earlier front ends in the file: {', '.join(others)}." if others else ""
+    command = str(payload.get("command", "python -m benchmarks.latency_f1 --audio ../shared/data/audio"))
+    lines = [*doc_text.table(head, body), "", *doc_text.wrap(text)]
+    return "\n".join([*lines, doc_text.provenance("latency_f1.json", command)])
 
 
 def main() -> None:
@@ -245,7 +263,11 @@ def main() -> None:
     ap.add_argument(
         "--redraw", action="store_true", help="the plot and the table from the saved result; measure nothing"
     )
+    ap.add_argument("--docs-only", action="store_true", help="the table alone from the saved result")
     args = ap.parse_args()
+    if args.docs_only:
+        update_readme("latency_f1", table(json.loads((RESULTS / "latency_f1.json").read_text())))
+        return
     if args.redraw:
         saved = json.loads((RESULTS / "latency_f1.json").read_text())
         chart(saved, RESULTS / "latency_f1.png")
@@ -279,8 +301,7 @@ def main() -> None:
             "frontends": {r["frontend"]: before.get(r["frontend"], earlier["machine"]["date"]) for r in kept}
         }
     out = Path(args.out) if args.out else (Path(tempfile.mkdtemp()) if args.quick else RESULTS)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "latency_f1.json").write_text(json.dumps(payload, indent=2) + "\n")
+    write_result(out / "latency_f1.json", payload)
     try:
         chart(payload, out / "latency_f1.png")
     except ImportError:

@@ -1,7 +1,8 @@
 """The shipped checkpoint's learning curve: dev2012 micro-F1 at k=2 and offline against the word
 pieces seen, over its training stages (read from the checkpoint's training.json).
 
-    python benchmarks/learning_curve.py [--model DIR] [--readme]     # needs matplotlib (.[bench])
+    python -m benchmarks.learning_curve [--model DIR] [--readme]     # needs matplotlib (.[bench])
+    python -m benchmarks.learning_curve --docs-only    # docs/results.md's paragraph from the saved result
 
 Writes benchmarks/results/learning_curve.json and learning_curve.png.
 """
@@ -10,13 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import RESULTS, update_readme, write_json  # noqa: E402
-
-from streampunct.punctuator import checkpoint_dir  # noqa: E402
+from benchmarks.common import RESULTS, update_readme, write_json
+from benchmarks.lib import doc_text
+from streampunct.punctuator import checkpoint_dir
 
 KEYS = ("dev_f1_k2", "dev_f1_offline")  # the two dev scores that training records and selects on
 
@@ -118,7 +117,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="default (the default), base or a checkpoint folder")
     ap.add_argument("--readme", action="store_true", help="also rewrite its paragraph in docs/results.md")
+    ap.add_argument(
+        "--docs-only",
+        action="store_true",
+        help="rewrite that paragraph from learning_curve.json, nothing else",
+    )
     args = ap.parse_args()
+    if args.docs_only:
+        update_readme("curve", section(json.loads((RESULTS / "learning_curve.json").read_text())))
+        return
     model_dir = checkpoint_dir(args.model)
     training = json.loads((model_dir / "training.json").read_text())
     points, distilled_from = curve(training), teachers(training)
@@ -127,25 +134,31 @@ def main() -> None:
     plot(points, distilled_from, RESULTS / "learning_curve.png")
     print(f"wrote {RESULTS / 'learning_curve.png'}")
     if args.readme:
-        best = max(points, key=lambda p: p["dev_f1_k2"] + p["dev_f1_offline"])
-        last = points[-1]
-        text = (
-            f"Best dev2012 point: {best['dev_f1_k2']:.1f} at k=2 ({best['engine_k2']} engine) and "
-            f"{best['dev_f1_offline']:.1f} offline "
-            f"after {best['seen_tokens'] / 1e6:.1f} M word pieces"
-        )
-        if last is best:
-            text += ", the last evaluation of the run."
-        else:
-            text += (
-                f"; the last evaluation, after {last['seen_tokens'] / 1e6:.1f} M, gave "
-                f"{last['dev_f1_k2']:.1f} and {last['dev_f1_offline']:.1f}."
-            )
-        update_readme(
-            "curve",
-            "![learning curve](../benchmarks/results/learning_curve.png)\n\n" + text + " Written by "
-            "`python benchmarks/learning_curve.py --readme` from the checkpoint's training.json.",
-        )
+        update_readme("curve", section(json.loads((RESULTS / "learning_curve.json").read_text())))
+
+
+def section(payload: dict) -> str:
+    """The plot and its best and last dev points, from learning_curve.json."""
+    points = payload["points"]
+    best = max(points, key=lambda p: p["dev_f1_k2"] + p["dev_f1_offline"])
+    last = points[-1]
+    text = (
+        f"Best dev2012 point: {best['dev_f1_k2']:.1f} at k=2 ({best['engine_k2']} engine), "
+        f"{best['dev_f1_offline']:.1f} offline, after {best['seen_tokens'] / 1e6:.1f} M word pieces"
+    )
+    if last is best:
+        text += ", the last evaluation."
+    else:
+        text += f"; last: {last['dev_f1_k2']:.1f}, {last['dev_f1_offline']:.1f} at {last['seen_tokens'] / 1e6:.1f} M."
+    command = str(payload.get("command", "python -m benchmarks.learning_curve --readme"))
+    return "\n".join(
+        [
+            "![learning curve](../benchmarks/results/learning_curve.png)",
+            "",
+            *doc_text.wrap(text),
+            doc_text.provenance("learning_curve.json", command),
+        ]
+    )
 
 
 if __name__ == "__main__":

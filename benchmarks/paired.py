@@ -1,11 +1,11 @@
 """Is one front end worse than another on the same audio? A paired bootstrap of F1 and WER.
 
-    python benchmarks/paired.py --timelines ../timelines [../timelines_human ...] \\
+    python -m benchmarks.paired --timelines ../timelines [../timelines_human ...] \\
         --frontend whisper-ends --against today [--lookahead 2] [--out paired.json]
 
-``benchmarks/caption_latency.py --timelines DIR`` records each front end's live run; the same
-recording replayed into a fresh stream (``replay`` of ``benchmarks/common.py``, as
-``latency_f1.py`` replays it; time limit 1500 ms as live) gives back the marks it had. Each stream
+``python -m benchmarks.caption_latency --timelines DIR`` records each front end's live run; the same
+recording replayed into a fresh stream (``streampunct.pipeline.replay``, as ``latency_f1.py``
+replays it; time limit 1500 ms as live) gives back the marks it had. Each stream
 is cut into units of ``--unit-s`` seconds of its audio (by each recognised word's end), and each
 unit tallies the word errors, reference words and the punctuation's true positives, false
 positives and misses of both front ends. Resampling the units (``streampunct.scoring.paired``:
@@ -25,19 +25,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, replay, write_json  # noqa: E402
-
-from streampunct import Punctuator  # noqa: E402
-from streampunct.metrics import count  # noqa: E402
-from streampunct.scoring import TALLY, accuracy, paired  # noqa: E402
-from streampunct.text import normalize  # noqa: E402
+from benchmarks.common import machine, write_json
+from benchmarks.lib.recordings import recording_of
+from streampunct import Punctuator
+from streampunct.metrics import count
+from streampunct.pipeline import replay
+from streampunct.scoring import TALLY, accuracy, paired
+from streampunct.text import normalize
 
 
 def tallies(words: list[dict[str, Any]], text: str, unit_s: float) -> dict[int, np.ndarray]:
@@ -74,7 +73,7 @@ def set_tallies(
     """Per set, the tallies of every stream's units, keyed (stream, unit); runs of one stream add up."""
     by_set: dict[str, dict[tuple[str, int], np.ndarray]] = {}
     for stream in streams:
-        words = replay(p, stream, k, max_delay_ms)
+        words = replay(p, recording_of(stream["recording"]), k, max_delay_ms, "auto")
         units = by_set.setdefault(stream["set"], {})
         for unit, t in tallies(words, stream["text"], unit_s).items():
             key = (stream["name"], unit)

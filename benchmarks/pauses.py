@@ -1,6 +1,6 @@
 """Do pauses help on human speech? Punctuation of recognised words with and without their times.
 
-    python benchmarks/pauses.py --cache ../pause_cache --models default DIR \\
+    python -m benchmarks.pauses --cache ../pause_cache --models default DIR \\
         --audio ../shared/data/audio/jfk_16k.wav CALL.wav ...   # each AUDIO.wav beside AUDIO.txt
 
 faster-whisper (tiny.en, greedy, word timestamps) transcribes each recording once (cached as JSON
@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, write_json  # noqa: E402
-
-from streampunct import Punctuator  # noqa: E402
-from streampunct.pipeline import recorded_words  # noqa: E402
-from streampunct.scoring import compare, metrics, pool, reference, whisper_tokens, word_tokens  # noqa: E402
-from streampunct.speech import load_whisper  # noqa: E402
+from benchmarks.common import machine, write_json
+from streampunct import Punctuator
+from streampunct.pipeline import recorded_words
+from streampunct.scoring import compare, metrics, pool, reference, whisper_tokens, word_tokens
+from streampunct.speech import load_whisper
 
 MODES: list[tuple[str, int | None]] = [("k=0", 0), ("k=2", 2), ("offline", None)]
 

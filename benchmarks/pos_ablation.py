@@ -1,10 +1,10 @@
 """POS-fusion ablation (Shi et al. 2021, Tables 2 and 3): no POS / random POS embeddings / POS
 fusion initialised from the tagger, at k=0, k=2 and offline, on IWSLT2011 test Ref and ASR.
 
-    python benchmarks/pos_ablation.py --data ../shared/data/iwslt \\
+    python -m benchmarks.pos_ablation --data ../shared/data/iwslt \\
         --model "no POS=runs/base" --model "random POS=runs/random" --model "POS fusion=runs/fused" \\
         [--tags DIR] [--model-tags NAME=DIR] [--device cuda] [--stream-words 1000] [--readme]
-    python benchmarks/pos_ablation.py --readme --from-json benchmarks/results/pos_ablation.json
+    python -m benchmarks.pos_ablation --readme --from-json benchmarks/results/pos_ablation.json
 
 A fused model is scored with the tags inference makes: the streaming tagger at the same
 lookahead (offline tags offline), by the tagger the checkpoint streams with (its own ``tagger/``,
@@ -19,18 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, percentile, time_pushes, update_readme, write_json  # noqa: E402
-
-from streampunct import Punctuator, score  # noqa: E402
-from streampunct.engines import label_tokens  # noqa: E402
-from streampunct.text import LABELS, normalize_labeled, read_iwslt  # noqa: E402
+from benchmarks.common import machine, percentile, time_pushes, update_readme, write_json
+from benchmarks.lib import doc_text
+from streampunct import Punctuator, score
+from streampunct.engines import label_tokens
+from streampunct.text import LABELS, normalize_labeled, read_iwslt
 
 SETS = {"Ref": "test2011", "ASR": "test2011asr"}
 MODES: list[int | None] = [0, 2, None]
@@ -100,56 +98,79 @@ def stream_cost(p: Punctuator, words: list[str], k: int = 2) -> dict[str, float]
     return {f"p{q}": round(1000 * percentile(times, q), 1) for q in (50, 99)}
 
 
-def table(payload: dict) -> str:
+def table(payload: dict, source: str = "pos_ablation.json") -> str:
+    """Micro-F1 of each model by set and mode, beside the first (the baseline) and with offline tags;
+    their cost and training, briefly; where they come from (``source``: the results file, which has
+    the per-class F1 too)."""
     names = [m["name"] for m in payload["models"]]
     base = names[0]
     by_key = {(r["model"], r["set"], r["mode"]): r for r in payload["results"]}
-    lines = [
-        "| set | mode | model | COMMA F1 | PERIOD F1 | QUESTION F1 | micro-F1 | vs "
-        + base
-        + " | with offline tags |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    body = []
     for set_name in SETS:
         for k in MODES:
             mode = mode_name(k)
             ref = by_key[(base, set_name, mode)]["micro_f1"]
+            cells = []
             for name in names:
                 r = by_key[(name, set_name, mode)]
-                delta = "" if name == base else f"{round(r['micro_f1'] - ref, 1) + 0.0:+.1f}"
-                oracle = f"{r['micro_f1_offline_tags']:.1f}" if "micro_f1_offline_tags" in r else ""
-                lines.append(
-                    f"| {set_name} | {mode} | {name} | {r['COMMA']['f1']:.1f} | {r['PERIOD']['f1']:.1f} | "
-                    f"{r['QUESTION']['f1']:.1f} | **{r['micro_f1']:.1f}** | {delta} | {oracle} |"
-                )
+                extra = [] if name == base else [f"{round(r['micro_f1'] - ref, 1) + 0.0:+.1f}"]
+                extra += [f"{r['micro_f1_offline_tags']:.1f}"] if "micro_f1_offline_tags" in r else []
+                cells.append(f"{r['micro_f1']:.1f}" + (f" ({'; '.join(extra)})" if extra else ""))
+            body.append([set_name, mode, *cells])
+    lines = [*doc_text.table(["set", "mode", *names], body), ""]
+    text = (
+        f"Micro-F1 (%); in brackets, the change against {base}, then micro-F1 with offline tags, which a stream "
+        "cannot have (per-class F1: the file)."
+    )
     m = payload["machine"]
-    where = m["gpu"] if payload.get("device", "cpu").startswith("cuda") and m.get("gpu") else m["cpu"]
-    lines += ["", f"Scored {m['date']} on {where} (torch {m['torch']}), `python benchmarks/pos_ablation.py`."]
+    device = payload.get("device", "cpu")
+    text += f" Scored on {doc_text.where(m, device)} (torch {m['torch']})."
     costs = [
-        f"{x['name']} {x['stream_ms']['p50']} ms p50, {x['stream_ms']['p99']} ms p99"
+        f"{x['name']} {x['stream_ms']['p50']} / {x['stream_ms']['p99']}"
         for x in payload["models"]
         if "stream_ms" in x
     ]
     if costs:
-        lines.append(
-            f"Compute time per pushed word of one k=2 stream, tagging included ({m['cores']} cores, "
-            f"{m['torch_threads']} torch threads): " + "; ".join(costs) + "."
+        text += (
+            f" Compute per pushed word of one k=2 stream, tagging included, p50 / p99 ms ({m['torch_threads']} "
+            "torch threads): " + "; ".join(costs) + "."
         )
-    for model in payload["models"]:
+    text += training(payload["models"])
+    command = str(payload.get("command", "python -m benchmarks.pos_ablation --data ../shared/data/iwslt"))
+    return "\n".join([*lines, *doc_text.wrap(text), doc_text.provenance(source, command)])
+
+
+def training(models: list[dict]) -> str:
+    """Each model's last training stage in a sentence: what they share once, then each one's own."""
+    said: dict[str, dict[str, str]] = {}
+    for model in models:
         t = model.get("training")
-        if t:
-            stage = t.get("stages", [t])[-1]
-            cfg = stage["config"]
-            how = f", POS embeddings from {cfg['pos_init']}" if cfg.get("tags") else ""
-            how += ", encoder frozen" if cfg.get("freeze_encoder") else ""
-            stages = f", the last of {len(t['stages'])} training stages" if "stages" in t else ""
-            lines.append(
-                f"- {model['name']}{stages}: {stage['steps']:,} steps of {cfg['batch']} "
-                f"windows from {stage.get('start', 'the encoder')}{how}, {stage['train_seconds'] / 60:.1f} "
-                f"min on {stage['machine']}; dev2012 (first {stage['dev_words']:,} words) micro-F1 "
-                f"{stage['dev_f1_k2']:.1f} at k=2, {stage['dev_f1_offline']:.1f} offline."
-            )
-    return "\n".join(lines)
+        if not t:
+            continue
+        stage = t.get("stages", [t])[-1]
+        cfg = stage["config"]
+        said[model["name"]] = {
+            "from": f"from {stage.get('start', 'the encoder')}",
+            "batch": f"{cfg['batch']} windows a step",
+            "on": f"on {doc_text.short_name(stage['machine'])}",
+            "dev": f"dev2012 (first {stage['dev_words']:,} words) micro-F1 at k=2 / offline",
+            "pos": f"POS embeddings from {cfg['pos_init']}" if cfg.get("tags") else "",
+            "frozen": "encoder frozen" if cfg.get("freeze_encoder") else "",
+            "stages": f"the last of {len(t['stages'])} stages" if "stages" in t else "",
+        }
+        said[model["name"]]["run"] = (
+            f"{stage['steps']:,} steps, {stage['train_seconds'] / 60:.1f} min, "
+            f"{stage['dev_f1_k2']:.1f} / {stage['dev_f1_offline']:.1f}"
+        )
+    if not said:
+        return ""
+    first = next(iter(said.values()))
+    shared = [k for k in ("from", "batch", "on", "dev") if all(s[k] == first[k] for s in said.values())]
+    each = []
+    for name, s in said.items():
+        own = [s[k] for k in s if k not in shared and k != "run" and s[k]]
+        each.append(name + (f" ({', '.join(own)})" if own else "") + f": {s['run']}")
+    return f" Training ({', '.join(first[k] for k in shared)}): " + "; ".join(each) + "."
 
 
 def main() -> None:

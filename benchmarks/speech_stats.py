@@ -1,6 +1,6 @@
 """The pause and mark statistics that train the pause fusion, measured on the speech dev set.
 
-    python benchmarks/speech_stats.py --cache ../e2e_cache [--sets speech_dev]
+    python -m benchmarks.speech_stats --cache ../e2e_cache [--sets speech_dev]
 
 The pause fusion learns from text with generated word times and recogniser marks
 (:mod:`streampunct.prosody`: ``PAUSES``, ``OWN_MARK_RATES``, ``PAUSE_MARK_RATES``,
@@ -23,18 +23,16 @@ Writes ``benchmarks/results/speech_stats.json``; the constants in ``prosody.py``
 from __future__ import annotations
 
 import argparse
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import load_recordings, machine, streamed_words, write_json  # noqa: E402
-
-from streampunct.prosody import MARK_RECALL  # noqa: E402
-from streampunct.scoring import compare, reference, whisper_tokens  # noqa: E402
-from streampunct.text import LABELS, mark_of  # noqa: E402
+from benchmarks.common import machine, write_json
+from benchmarks.lib.recordings import load_recordings, streamed_words
+from streampunct.prosody import MARK_RECALL
+from streampunct.scoring import compare, reference, whisper_tokens
+from streampunct.text import LABELS, mark_of
 
 PAUSE_S = 0.05  # a pause: more than this between two words
 LONG_PAUSE_S = 0.3  # a plain word before a longer pause: PAUSE_MARK_RATES
@@ -99,7 +97,6 @@ def main() -> None:
         raise SystemExit(f"no recording of {args.sets} in {args.cache}: run e2e.py record --speech first")
     stats = measure(recordings)
     payload = {
-        "command": "python " + " ".join(sys.argv),
         "machine": machine(),
         "recordings": [r["name"] for r in recordings],
         "seconds": round(sum(r["seconds"] for r in recordings), 1),

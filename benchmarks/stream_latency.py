@@ -1,7 +1,8 @@
 """Streaming cost: compute time per pushed word, incremental against naive, and memory over an hour.
 
-    python benchmarks/stream_latency.py --data ../shared/data/iwslt/test2011 [--threads 2] [--readme]
-    python benchmarks/stream_latency.py --data ... --model base --words 300 --hour 3600 --readme
+    python -m benchmarks.stream_latency --data ../shared/data/iwslt/test2011 [--threads 2] [--readme]
+    python -m benchmarks.stream_latency --data ... --model base --words 300 --hour 3600 --readme
+    python -m benchmarks.stream_latency --docs-only [--device cuda]   # the section from the saved result
 
 For each lookahead k, one stream is fed one word per push and every push is timed (p50, p99), under
 the masked engine (incremental) and under the window engine (one window pass per word).
@@ -17,19 +18,27 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-import torch  # noqa: E402
-from common import device_suffix, machine, percentile, time_pushes, update_readme, write_json  # noqa: E402
+import torch
 
-from streampunct import Punctuator, read_iwslt  # noqa: E402
-from streampunct.engines import window_logits  # noqa: E402
-from streampunct.light import LightModel  # noqa: E402
-from streampunct.punctuator import DEFAULT_CHECKPOINT, checkpoint_dir  # noqa: E402
+from benchmarks.common import (
+    RESULTS,
+    device_suffix,
+    machine,
+    percentile,
+    time_pushes,
+    update_readme,
+    write_json,
+)
+from benchmarks.lib import doc_text
+from streampunct import Punctuator, read_iwslt
+from streampunct.engines import window_logits
+from streampunct.light import LightModel
+from streampunct.punctuator import DEFAULT_CHECKPOINT, checkpoint_dir
 
 WORDS, HOUR = 2000, 36000  # timed pushes per lookahead, words pushed for the memory check
 
@@ -52,7 +61,7 @@ def time_naive(p: Punctuator, words: list[str], k: int) -> list[float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", required=True, help="a word<TAB>LABEL file to take words from")
+    ap.add_argument("--data", help="a word<TAB>LABEL file to take words from")
     ap.add_argument("--model", default=None, help="default, base or a checkpoint folder")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--words", type=int, default=WORDS, help="timed pushes per lookahead")
@@ -62,7 +71,24 @@ def main() -> None:
         "--int8", action="store_true", help="the encoder in int8: its run goes into the file's settings"
     )
     ap.add_argument("--readme", action="store_true")
+    ap.add_argument(
+        "--docs-only",
+        action="store_true",
+        help="rewrite the section from the saved result (--model, --device)",
+    )
     args = ap.parse_args()
+    if args.docs_only:
+        model_dir = checkpoint_dir(args.model)
+        suffix = ("" if model_dir == DEFAULT_CHECKPOINT else f"_{model_dir.name}") + device_suffix(
+            args.device
+        )
+        name = f"stream_latency{suffix}.json"
+        update_readme(
+            "stream" + suffix.replace("_", "-"), table(json.loads((RESULTS / name).read_text()), name)
+        )
+        return
+    if not args.data:
+        ap.error("--data is required (unless --docs-only)")
 
     torch.set_num_threads(args.threads)
     p = Punctuator.load(args.model, device=args.device, int8=args.int8)
@@ -142,46 +168,53 @@ def main() -> None:
     payload["model"], payload["int8"] = str(model_dir), args.int8
     print(f"wrote {write_json(f'stream_latency{suffix}.json', payload, 'int8' if args.int8 else None)}")
     if args.readme:
-        update_readme("stream" + suffix.replace("_", "-"), table(payload))
+        update_readme("stream" + suffix.replace("_", "-"), table(payload, f"stream_latency{suffix}.json"))
 
 
-def table(payload: dict) -> str:
-    m = payload["machine"]
-    lines = [
-        "| k | masked p50 ms | masked p99 ms | naive p50 ms | naive p99 ms | masked speed-up | window p50 ms | window p99 ms |",
-        "|---|---|---|---|---|---|---|---|",
+def table(payload: dict, source: str = "stream_latency.json") -> str:
+    """Per-push timings by k (the window engine's columns where it was timed), memory, one core's
+    capacity, and where they come from (``source``: the results file)."""
+    window = any("window_p50_ms" in r for r in payload["per_push"])
+    head = ["k", "masked p50 ms", "masked p99 ms", "naive p50 ms", "naive p99 ms", "masked speed-up"]
+    body = [
+        [
+            str(r["lookahead"]),
+            *(f"{r[c]:.2f}" for c in ("p50_ms", "p99_ms", "naive_p50_ms", "naive_p99_ms")),
+            f"{r['speedup_mean']:.1f}×",
+            *(
+                (f"{r['window_p50_ms']:.2f}", f"{r['window_p99_ms']:.2f}")
+                if "window_p50_ms" in r
+                else ("", "")
+            ),
+        ][: len(head) + 2 * window]
+        for r in payload["per_push"]
     ]
-    for r in payload["per_push"]:
-        window = f" {r['window_p50_ms']:.2f} | {r['window_p99_ms']:.2f} |" if "window_p50_ms" in r else " | |"
-        lines.append(
-            f"| {r['lookahead']} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['naive_p50_ms']:.2f} | "
-            f"{r['naive_p99_ms']:.2f} | {r['speedup_mean']:.1f}× |" + window
-        )
     mem = payload["memory_mb"]
     keys = [k for k in mem if k.isdigit()]
     on_cpu = payload.get("device", "cpu") == "cpu"
     one = payload["one_core_mean_push_ms_k2"]
-    lines += [
-        "",
-        f"Memory (resident set of the whole process): {mem[keys[0]]:.0f} MB after {int(keys[0]):,} words, "
-        f"{mem[keys[1]]:.0f} MB after {int(keys[1]):,} words ({mem['growth_pct']:+.1f} %). "
-        + (
-            f"One core at k=2: {one:.2f} ms a word, so about {payload['streams_per_core_at_3_words_per_s']} "
-            "streams of 3 words a second per core (compute only)"
-            + (
-                f"; under the window engine {payload['one_core_mean_push_ms_k2_window']:.2f} ms, about "
-                f"{payload['streams_per_core_at_3_words_per_s_window']} streams."
-                if "one_core_mean_push_ms_k2_window" in payload
-                else "."
+    m = payload["machine"]
+    text = (
+        f"Resident set: {mem[keys[0]]:.0f} MB after {int(keys[0]):,} words, {mem[keys[1]]:.0f} MB "
+        f"after {int(keys[1]):,} ({mem['growth_pct']:+.1f} %). "
+    )
+    if on_cpu:
+        text += (
+            f"One core at k=2: {one:.2f} ms a word, about {payload['streams_per_core_at_3_words_per_s']} streams of "
+            "3 words a second (compute only)"
+        )
+        if "one_core_mean_push_ms_k2_window" in payload:
+            text += (
+                f"; window engine {payload['one_core_mean_push_ms_k2_window']:.2f} ms, about "
+                f"{payload['streams_per_core_at_3_words_per_s_window']}"
             )
-            if on_cpu
-            else f"One stream, one torch thread driving the GPU, k=2: {one:.2f} ms a word."
-        ),
-        f"Measured {m['date']} on {m['cpu'] if on_cpu else m['gpu']} ({m['cores']} CPU cores, "
-        f"{payload['threads']} torch threads), `python benchmarks/stream_latency.py --data "
-        f"../shared/data/iwslt/test2011{flags(payload)}`.",
-    ]
-    return "\n".join(lines)
+        text += f". {doc_text.where(m, threads=payload['threads'])}."
+    else:
+        text += f"One stream, one torch thread driving the GPU, k=2: {one:.2f} ms a word. "
+        text += f"{doc_text.where(m, payload['device'], payload['threads'])}."
+    command = f"python -m benchmarks.stream_latency --data ../shared/data/iwslt/test2011{flags(payload)}"
+    lines = doc_text.table([*head, *(["window p50 ms", "window p99 ms"] if window else [])], body)
+    return "\n".join([*lines, "", *doc_text.wrap(text), doc_text.provenance(source, command)])
 
 
 def flags(payload: dict) -> str:

@@ -1,10 +1,11 @@
 """POS tagger accuracy on ASR-style English-EWT test, offline and streaming, and its cost per word.
 
-    python benchmarks/tagger.py --ewt ../shared/data/ud_ewt [--tagger DIR --name NAME] [--readme]
+    python -m benchmarks.tagger --ewt ../shared/data/ud_ewt [--tagger DIR --name NAME] [--readme]
+    python -m benchmarks.tagger --docs-only      # docs/results.md's table from the saved results
 
 Without --tagger it measures the shipped tagger (flair's, results/tagger.json); with --tagger DIR
-a candidate such as one from `streampunct train-tagger` (results/tagger_NAME.json). The README
-table shows every candidate measured.
+a candidate such as one from `streampunct train-tagger` (results/tagger_NAME.json). The table in
+docs/results.md shows every candidate measured (KEPT: those whose files git keeps).
 
 ASR style is what a recogniser delivers (:func:`streampunct.training.tagger_train.read_asr_style`): every word
 lower case, punctuation removed, and no sentence boundaries: each document is tagged as one
@@ -16,17 +17,19 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import RESULTS, machine, percentile, time_each, update_readme, write_json  # noqa: E402
+from benchmarks.common import RESULTS, machine, percentile, time_each, update_readme, write_json
+from benchmarks.lib import doc_text
+from benchmarks.lib.model_sources import resolve
+from streampunct.pos import Tagger, installed_tagger
+from streampunct.training.tagger_train import read_asr_style
 
-from streampunct.pos import Tagger, installed_tagger  # noqa: E402
-from streampunct.training.tagger_train import read_asr_style  # noqa: E402
+# Candidates whose result files left the tree: the table shows them as git kept them.
+KEPT = ("tagger_EWT-tuned.json@8b63caf",)
 
 
 def accuracy(pred: list[list[str]], gold: list[list[str]]) -> float:
@@ -43,13 +46,19 @@ def push_times(tagger: Tagger, words: list[str], k: int) -> list[float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ewt", required=True, help="folder with en_ewt-ud-test.conllu")
+    ap.add_argument("--ewt", help="folder with en_ewt-ud-test.conllu")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--pushes", type=int, default=2000, help="timed pushes for the cost per word")
     ap.add_argument("--tagger", help="a tagger folder to measure (default: the shipped tagger)")
     ap.add_argument("--name", default="ewt", help="its name in results/tagger_NAME.json and the table")
     ap.add_argument("--readme", action="store_true")
+    ap.add_argument("--docs-only", action="store_true", help="rewrite the table from the saved results")
     args = ap.parse_args()
+    if args.docs_only:
+        update_readme("tagger", table(sources()))
+        return
+    if not args.ewt:
+        ap.error("--ewt is required (unless --docs-only)")
 
     torch.set_num_threads(args.threads)
     tagger = Tagger.load(args.tagger)
@@ -98,33 +107,47 @@ def main() -> None:
     name = "tagger.json" if args.tagger is None else f"tagger_{args.name}.json"
     print(f"wrote {write_json(name, payload)}")
     if args.readme:
-        update_readme(
-            "tagger", table([json.loads(p.read_text()) for p in sorted(RESULTS.glob("tagger*.json"))])
-        )
+        update_readme("tagger", table(sources()))
 
 
-def table(payloads: list[dict]) -> str:
-    lines = [
-        "| tagger | offline accuracy | k=0 accuracy (agreement with offline) | k=2 accuracy (agreement) "
-        "| k=2 cost p50 / p99 ms |",
-        "|---|---|---|---|---|",
-    ]
+def sources() -> list[str]:
+    """The result files the table shows: every tagger*.json here, then KEPT where not replaced."""
+    here = [p.name for p in sorted(RESULTS.glob("tagger*.json"))]
+    return here + [k for k in KEPT if k.split("@")[0] not in here]
+
+
+def table(names: list[str]) -> str:
+    """A row for each result file (``FILE@COMMIT``: as git kept it), what they measured, and where."""
+    payloads = []
+    for name in names:
+        path = resolve(name, RESULTS)
+        if path is None:
+            raise SystemExit(f"{name}: no such result file here")
+        payloads.append(json.loads(path.read_text()))
+    head = ["tagger", "offline", "k=0 (agreement)", "k=2 (agreement)", "k=2 cost p50 / p99 ms"]
+    body = []
     for p in payloads:
         r, c = p["results"], p["stream_cost_k2"]
         k0, k2 = r["k=0"], r["k=2"]
-        lines.append(
-            f"| {p.get('tagger', 'flair pos-english-fast')} | {r['offline']['accuracy']:.2f} | "
-            f"{k0['accuracy']:.2f} ({k0['agreement_with_offline']:.2f}) | "
-            f"{k2['accuracy']:.2f} ({k2['agreement_with_offline']:.2f}) | {c['p50_ms']:.1f} / {c['p99_ms']:.1f} |"
+        body.append(
+            [
+                p.get("tagger", "flair pos-english-fast"),
+                f"{r['offline']['accuracy']:.2f}",
+                f"{k0['accuracy']:.2f} ({k0['agreement_with_offline']:.2f})",
+                f"{k2['accuracy']:.2f} ({k2['agreement_with_offline']:.2f})",
+                f"{c['p50_ms']:.1f} / {c['p99_ms']:.1f}",
+            ]
         )
     p, m = payloads[0], payloads[0]["machine"]
-    lines += [
-        "",
-        f"Penn tag accuracy (%) on {p['words']:,} words in {p['documents']} documents of UD English-EWT "
-        f"test, ASR style; cost per pushed word with {p['threads']} torch thread ({m['cpu']}, {m['date']}). "
-        "`python benchmarks/tagger.py --ewt ../shared/data/ud_ewt [--tagger DIR --name NAME]`.",
-    ]
-    return "\n".join(lines)
+    text = (
+        f"Penn tag accuracy (%) on {p['words']:,} words in {p['documents']} documents of UD English-EWT test, ASR "
+        "style; agreement: with the same tagger's offline tags; cost per pushed word with "
+        f"{p['threads']} torch thread ({doc_text.short_name(m['cpu'])}, {m['date']})."
+    )
+    command = str(p.get("command", "python -m benchmarks.tagger --ewt ../shared/data/ud_ewt"))
+    return "\n".join(
+        [*doc_text.table(head, body), "", *doc_text.wrap(text), doc_text.provenance(names, command)]
+    )
 
 
 if __name__ == "__main__":

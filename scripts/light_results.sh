@@ -13,7 +13,7 @@ RUN=$1 DIR=$2
 DATA=${DATA:-../shared/data/iwslt}
 mkdir -p "$DIR" && cp "$RUN"/best/* "$DIR"/
 python3 -m streampunct calibrate --model "$DIR" --dev "$DATA/dev2012" --words 20000 --device cpu
-python3 benchmarks/accuracy.py --data "$DATA" --model "$DIR"
-python3 benchmarks/stream_latency.py --data "$DATA/test2011" --model "$DIR" --threads 1
-python3 benchmarks/stream_capacity.py --data "$DATA/test2011" --model "$DIR" --seconds 10
-python3 benchmarks/stream_capacity.py --data "$DATA/test2011" --seconds 10
+python3 -m benchmarks.accuracy --data "$DATA" --model "$DIR"
+python3 -m benchmarks.stream_latency --data "$DATA/test2011" --model "$DIR" --threads 1
+python3 -m benchmarks.stream_capacity --data "$DATA/test2011" --model "$DIR" --seconds 10
+python3 -m benchmarks.stream_capacity --data "$DATA/test2011" --seconds 10

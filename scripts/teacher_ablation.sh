@@ -39,5 +39,5 @@ for v in "${VARIANTS[@]}"; do
   runs+=("$OUT/$name/best")
 done
 # shellcheck disable=SC2086  # the modes are words
-python3 benchmarks/compare_models.py --data "$SCORE" --models "${runs[@]}" --modes $MODES --device "$DEVICE"
+python3 -m benchmarks.compare_models --data "$SCORE" --models "${runs[@]}" --modes $MODES --device "$DEVICE"
 

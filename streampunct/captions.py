@@ -27,7 +27,9 @@ class Captioner:
     ``comma_chars`` characters. Once it holds ``line_chars`` characters it closes before the next
     word, unless that word carries a mark and still fits in ``max_chars`` (a broadcast caption
     line is at most 42): then after it, so that no line is left one word short of its sentence.
-    A word thus waits for a few words after it, not for the end of its sentence.
+    A word that ends its sentence and fits in neither takes the line's last word with it to the
+    next line, so that no line is one word left over. A word thus waits for a few words after it,
+    not for the end of its sentence.
     ``line_chars=None`` gives one line per sentence.
     """
 
@@ -59,7 +61,12 @@ class Captioner:
             word = self.words.pop(e.index, Word(e.word))
             width = len(word.text.strip())
             if self._full() and not (e.label != "O" and self._chars + 1 + width <= self.max_chars):
+                carried = self._carry(e.label)
                 lines.append(self._close())  # this word begins the next line
+                if carried is not None:
+                    self._first = e.index - 1
+                    self._line.append(carried)
+                    self._chars = len(carried[0].text.strip())
             if not self._line:
                 self._first = e.index
             self._line.append((word, e.label))
@@ -76,6 +83,15 @@ class Captioner:
         if label in ("O", "COMMA"):
             self._line[-1] = (word, "PERIOD")
         return [self._close()]
+
+    def _carry(self, label: str) -> tuple[Word, str] | None:
+        """A word that ends its sentence and does not fit would stand alone on its line: the line
+        before gives it its last word (one without a mark), taken off here."""
+        if label not in ("PERIOD", "QUESTION") or len(self._line) < 2 or self._line[-1][1] != "O":
+            return None
+        carried = self._line.pop()
+        self._chars -= len(carried[0].text.strip()) + 1
+        return carried
 
     def _full(self) -> bool:
         """The line has reached ``line_chars``: it closes before or after the next word."""

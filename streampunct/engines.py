@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
 import torch
 
 from .errors import InputError
@@ -55,6 +56,10 @@ __all__ = [
 ]
 
 Pieces = tuple[int, ...]
+
+
+Logits = torch.Tensor | np.ndarray  # a decision's (n_labels,) logits: engines whose rows come
+# from a batched pass hand NumPy rows (cheap to index and argmax), others a tensor
 
 
 class Work(Protocol):
@@ -96,12 +101,12 @@ class EngineStream(Protocol):
     def work(self, first_open: int) -> Sequence[Work]:
         """The model work this step's decisions read; ``first_open`` is the first token not final."""
 
-    def decide(self, t: int, ahead: int) -> torch.Tensor:
+    def decide(self, t: int, ahead: int) -> Logits:
         """The (n_labels,) logits, decision offsets added, of token ``t``'s final decision from
         the tokens before it and ``ahead`` after it (the stream adds its pause evidence and takes
         the argmax)."""
 
-    def provisional(self, tokens: Sequence[int], first_open: int) -> list[torch.Tensor]:
+    def provisional(self, tokens: Sequence[int], first_open: int) -> Sequence[Logits]:
         """Logits of tokens not final yet, as the tokens stand now, for display."""
 
     def settle(self, keep_from: int) -> None:
@@ -431,10 +436,11 @@ class WindowPass:
 
     def __init__(self, engine: WindowEngine, pieces: list[Pieces]):
         self.engine, self.pieces = engine, pieces
-        self.rows: torch.Tensor | None = None  # (words, n_labels) CPU logits, offsets added
+        self.rows: np.ndarray | None = None  # (words, n_labels) logits, offsets added
 
-    def logits(self, word: int) -> torch.Tensor:
-        """A word's logits, decided with the words after it in the pass as its lookahead."""
+    def logits(self, word: int) -> np.ndarray:
+        """A word's logits, decided with the words after it in the pass as its lookahead (NumPy:
+        a row and its argmax cost a tenth of a tensor's)."""
         if self.rows is None:
             self.compute_all([self])
         assert self.rows is not None
@@ -450,9 +456,9 @@ class WindowPass:
                 logits = _forward(model, [p.pieces for p in batch], None)  # (B, W, n_labels)
                 n = torch.tensor([len(p.pieces) for p in batch])
                 ahead = n[:, None] - 1 - torch.arange(logits.shape[1])  # the words after each in its pass
-                logits = model.window_offsets(logits, ahead.clamp(min=0))
-                for p, rows in zip(batch, logits):
-                    p.rows = rows[: len(p.pieces)]
+                rows = model.window_offsets(logits, ahead.clamp(min=0)).float().cpu().numpy()
+                for p, p_rows in zip(batch, rows):
+                    p.rows = p_rows[: len(p.pieces)]
 
 
 class WindowStream:
@@ -504,7 +510,7 @@ class WindowStream:
             self._pass(self._tail(first_open), self.tokens.end)
         return list(self.passes.values())
 
-    def decide(self, t: int, ahead: int) -> torch.Tensor:
+    def decide(self, t: int, ahead: int) -> np.ndarray:
         end = t + ahead + 1
         if ahead == self.k and (self.engine.window_start(t), end) not in self.passes:
             WindowPass.compute_all(self._full(t))  # a long push: its next passes, together
@@ -514,7 +520,7 @@ class WindowStream:
             del self.passes[start, end]
         return logits
 
-    def provisional(self, tokens: Sequence[int], first_open: int) -> list[torch.Tensor]:
+    def provisional(self, tokens: Sequence[int], first_open: int) -> list[np.ndarray]:
         if not tokens:
             return []
         state, start = self._pass(self._tail(first_open), self.tokens.end)

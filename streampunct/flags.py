@@ -1,6 +1,6 @@
 """Command-line flags generated from a config dataclass: one ``--name-with-dashes`` per field, so a
-new option is a new field, its flag and help follow. Used by the training commands and by
-``streampunct serve``'s limits. No torch."""
+new option is a new field, its flag and help follow. Used by the training commands and by the
+servers' limits that an operator sets (the others: ``--config``, streampunct/options.py). No torch."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import argparse
 import dataclasses
 import types
 import typing
+from collections.abc import Collection
 from typing import Any
 
 __all__ = [
-    "add_config_flags", "add_int8_flag", "config_from_flags", "flag_value", "flags_of", "number_or_off", "on_off",
+    "add_config_flags", "add_int8_flag", "config_from_flags", "flag_value", "flags_given", "flags_of",
+    "number_or_off", "on_off",
 ]  # fmt: skip
 
 
@@ -60,18 +62,23 @@ def add_config_flags(
     prefix: str = "",
     switches: bool = False,
     aliases: dict[str, str] | None = None,
+    only: Collection[str] | None = None,
+    defaults: bool = True,
     **cli: dict[str, Any] | None,
 ) -> None:
     """A flag per field of the config dataclass ``cls`` on ``p`` (a parser or an argument group):
     ``--{prefix}name-with-dashes``, of the field's type (``X | None``: ``X``, and ``off`` for None
     when the default is not None; bool as ``--flag/--no-flag``, or with ``switches`` as ``--flag
     on|off``; ``Literal`` as choices; a tuple as several values), its default and ``cls.HELP``.
-    ``aliases[name]``: one more spelling of its flag (an older one). ``cli[name]``: argparse
-    keywords that replace those made here (a default from $STREAMPUNCT_DATA), or None: no flag."""
+    ``aliases[name]``: one more spelling of its flag (an older one). ``only``: the fields that get a
+    flag (None: all). ``defaults=False``: a flag not given leaves ``args`` without it (its help still
+    says the field's default), so that a value from elsewhere stands (:func:`flags_given`).
+    ``cli[name]``: argparse keywords that replace those made here (a default from
+    $STREAMPUNCT_DATA), or None: no flag."""
     hints = typing.get_type_hints(cls)
     kw: dict[str, Any]
     for f in dataclasses.fields(cls):
-        if f.name in cli and cli[f.name] is None:
+        if f.name in cli and cli[f.name] is None or only is not None and f.name not in only:
             continue
         dest = _dest(prefix, f.name)
         t, kw = hints[f.name], {"help": getattr(cls, "HELP", {}).get(f.name), "dest": dest}
@@ -98,14 +105,10 @@ def add_config_flags(
         if f.default is dataclasses.MISSING:
             kw["required"] = True
         else:
-            kw["default"] = f.default
+            kw["default"] = f.default if defaults else argparse.SUPPRESS
             said = f.default is not None or kw.get("type") is number_or_off
-            if said and (t is not bool or switches):  # BooleanOptionalAction says its own
-                shown = (
-                    flag_value(f.default)
-                    if f.default is None or isinstance(f.default, bool)
-                    else "%(default)s"
-                )
+            if said and (t is not bool or switches) and "(default:" not in (kw["help"] or ""):
+                shown = flag_value(f.default).replace("%", "%%")  # (BooleanOptionalAction says its own)
                 kw["help"] = f"{kw['help'] or ''} (default: {shown})".lstrip()
         if f.name.endswith("_s") and t in (int, float):
             kw["metavar"] = "S"
@@ -114,13 +117,18 @@ def add_config_flags(
         p.add_argument(*names, **kw)
 
 
+def flags_given(args: argparse.Namespace, cls: type, *, prefix: str = "") -> dict[str, Any]:
+    """The fields of the config dataclass ``cls`` that ``args`` has a value for, from the flags
+    :func:`add_config_flags` made with ``prefix`` (lists as tuples)."""
+    dest = {f.name: _dest(prefix, f.name) for f in dataclasses.fields(cls)}
+    flags = {name: getattr(args, d) for name, d in dest.items() if hasattr(args, d)}
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in flags.items()}
+
+
 def config_from_flags(args: argparse.Namespace, cls: type, *, prefix: str = "", **given: object) -> Any:
     """The config dataclass ``cls`` from the flags :func:`add_config_flags` made with ``prefix``
     (lists as tuples), and ``given``."""
-    dest = {f.name: _dest(prefix, f.name) for f in dataclasses.fields(cls)}
-    flags = {name: getattr(args, d) for name, d in dest.items() if hasattr(args, d)}
-    flags = {k: tuple(v) if isinstance(v, list) else v for k, v in flags.items()}
-    return cls(**{**flags, **given})
+    return cls(**{**flags_given(args, cls, prefix=prefix), **given})
 
 
 def flags_of(config: Any, *, prefix: str = "", switches: bool = False) -> list[str]:

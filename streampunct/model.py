@@ -94,17 +94,6 @@ class ModelConfig:
     # Whether it also reads a sentence-end mark followed by a word in lower case (a streamed
     # recogniser's mid-sentence period that a later pass went on from).
     pause_continued: bool = False
-    # FFA's two-stream teacher (Wang et al., ../shared/papers/ffa-two-stream-attention.txt), made
-    # of parts that each can be left out for its ablation. `interaction`: every attention layer
-    # mixes its heads' scores before the softmax (FFA's interaction self-attention, J + P J with a
-    # learnt heads x heads P). `masked_stream`: a second encoder of the same shape reads the window
-    # under the strictest mask (a word sees no word after it) and each word's two states are
-    # concatenated. `stream_fusion`: one transformer layer over that concatenation (FFA's fusion
-    # layer; False: straight to the classifier). Such a model labels windows (the teacher's use);
-    # the incremental stream of the masked engine does not compute it.
-    interaction: bool = False
-    masked_stream: bool = False
-    stream_fusion: bool = True
 
     @classmethod
     def read(cls, directory: str | Path) -> ModelConfig:
@@ -245,7 +234,7 @@ def attention_mask(word_pos: torch.Tensor, valid: torch.Tensor, k: int | None) -
 
 def fusion_mask(valid: torch.Tensor, lookahead: int | None) -> torch.Tensor:
     """(B, W) words that exist -> (B, 1, W, W): which words a word sees in the fusion layer (over
-    each word's features: its last hidden state, the masked stream's, its POS tag's embedding).
+    each word's features: its last hidden state and its POS tag's embedding).
     With a lookahead, earlier words only: each feature of a word depends on words up to k after it,
     so the bound stays k. Offline, every word."""
     W = valid.shape[1]
@@ -274,13 +263,6 @@ class SelfAttention(nn.Module):
         self.qkv = Linear(cfg.n_embd, 3 * cfg.n_embd)  # queries, keys and values in one product
         self.out = Linear(cfg.n_embd, cfg.n_embd)
         self.dropout = cfg.dropout
-        # FFA's interaction: each head's scores plus a learnt mix of every head's (its footnote:
-        # initialised with a spread of 0.1 / sqrt(C))
-        self.mix = (
-            nn.Parameter(torch.randn(cfg.n_head, cfg.n_head) * 0.1 / cfg.n_embd**0.5)
-            if cfg.interaction
-            else None
-        )
 
     def _heads(self, y: torch.Tensor) -> torch.Tensor:
         B, T, C = y.shape
@@ -298,13 +280,7 @@ class SelfAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         if mask.dtype != torch.bool:  # an additive mask (relative position bias): q's dtype
             mask = mask.to(q.dtype)
-        if self.mix is None:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, nh, Tq, hs)
-        else:  # the heads' scores J become J + P J before the mask and the softmax
-            scores = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5  # (B, nh, Tq, Tk)
-            scores = scores + torch.einsum("gh,bhqk->bgqk", self.mix.to(scores.dtype), scores)
-            scores = scores.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else scores + mask
-            y = F.dropout(scores.softmax(-1), p) @ v
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, nh, Tq, hs)
         return self.out(y.transpose(1, 2).reshape(B, Tq, -1))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -386,21 +362,18 @@ class Encoder(nn.Module):
 
 
 class PunctModel(Encoder):
-    """The encoder and a classifier over each word's last piece (with FFA's masked stream, POS
-    fusion or pause fusion where the checkpoint has them)."""
+    """The encoder and a classifier over each word's last piece (with POS fusion or pause fusion
+    where the checkpoint has them)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg)
-        # FFA's masked stream: the same encoder's shape, plain attention, no word ahead
-        self.masked = Encoder(replace(cfg, interaction=False)) if cfg.masked_stream else None
-        width = cfg.n_embd * (2 if cfg.masked_stream else 1)
+        width = cfg.n_embd
         if cfg.n_tags:
             width += cfg.pos_dim
             self.tag_emb = nn.Embedding(cfg.n_tags, cfg.pos_dim)
-        fused = cfg.n_tags or (cfg.masked_stream and cfg.stream_fusion)
         self.fusion = (
-            Layer(replace(cfg, n_embd=width, n_head=cfg.fusion_heads, n_inner=2 * width, interaction=False))
-            if fused
+            Layer(replace(cfg, n_embd=width, n_head=cfg.fusion_heads, n_inner=2 * width))
+            if cfg.n_tags
             else None
         )
         self.head = Linear(width, cfg.n_labels)
@@ -500,8 +473,6 @@ class PunctModel(Encoder):
     ) -> torch.Tensor:
         ends = word_ends[..., None].expand(-1, -1, self.cfg.n_embd)
         h = torch.gather(self.encode(input_ids, word_pos, lookahead), 1, ends)  # (B, W, C)
-        if self.masked is not None:  # the masked stream's words see no word after them, at any k
-            h = torch.cat([h, torch.gather(self.masked.encode(input_ids, word_pos, 0), 1, ends)], dim=-1)
         if self.cfg.n_tags:
             if tags is None:
                 raise InputError("this model fuses POS tags: give the words' tags")
@@ -564,7 +535,7 @@ class PunctModel(Encoder):
 
         d = Path(directory)
         try:
-            model = cls(ModelConfig.read(d))
+            model = cls(cls.config_of(d))
             state = load_file(str(d / "model.safetensors"))
             if (d / "pauses.safetensors").is_file():
                 state.update(load_file(str(d / "pauses.safetensors")))
@@ -574,6 +545,19 @@ class PunctModel(Encoder):
         if (d / "hearing.json").is_file() and model.pause_fusion is not None:
             model.hearing = SpeechFusion.load(d / "hearing.json")
         return model
+
+    @classmethod
+    def config_of(cls, directory: Path) -> ModelConfig:
+        """A checkpoint's config. FFA's two-stream teacher, a training tool that did not ship
+        (its config sets ``interaction`` or ``masked_stream``), is refused: it loads with
+        :mod:`streampunct.training.teacher`."""
+        raw = json.loads((directory / "config.json").read_text())
+        if raw.get("interaction") or raw.get("masked_stream"):
+            raise CheckpointError(
+                f"{directory} is FFA's two-stream teacher, a training tool: load it with "
+                "streampunct.training.teacher (TwoStreamTeacher.load, or punctuator() to label text)"
+            )
+        return ModelConfig.read(directory)
 
     def quantize_int8(self) -> PunctModel:
         """CPU inference with the encoder's matrices in int8 (:meth:`Linear._int8_forward`), the

@@ -56,13 +56,14 @@ class WordPieces:
 
     def encode(self, words: Sequence[str]) -> list[tuple[int, ...]]:
         """Pieces of each word; the tokenizer runs once per distinct word ever seen."""
-        if len(self._table) > 500_000:  # a bound for servers that run for months
-            self._table.clear()
-        new = [w for w in dict.fromkeys(words) if w not in self._table]
+        table = self._table  # one table throughout, whatever another thread's call does
+        if len(table) > 500_000:  # a bound for servers that run for months
+            table = self._table = {}
+        new = [w for w in dict.fromkeys(words) if w not in table]
         if new:
             for w, enc in zip(new, self._tok.encode_batch(new, add_special_tokens=False)):
-                self._table[w] = tuple(enc.ids[: self.max_pieces]) or (self.unk_id,)
-        return [self._table[w] for w in words]
+                table[w] = tuple(enc.ids[: self.max_pieces]) or (self.unk_id,)
+        return [table[w] for w in words]
 
 
 def collate(

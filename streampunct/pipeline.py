@@ -11,6 +11,11 @@ live, and as websockets' protocol core is pumped by its I/O layers. Its drivers:
 - :func:`simulate`: a simulated clock (the audio fed so far; instant compute), the calls run at
   once or recorded, for the speech benchmarks (``benchmarks/e2e.py``).
 
+A run's calls, recorded (:class:`Recorder`: the server's ``--record DIR``, or a simulated run),
+are one JSON-lines file: its stream's settings, then each call with the audio clock it was made at
+(:func:`call_to_json`). :func:`replay` runs them again through a fresh stream, ticks and all: the
+words and marks the run's stream gave, for any model.
+
 A driver's loop::
 
     for call in pipeline.feed(chunk, now):  # queue audio; in a pause, move the clock
@@ -30,24 +35,33 @@ ended, which trims its buffer there.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .captions import Caption, Captioner
+from .errors import DataFormatError
 from .options import FrontEndOptions
 from .speech import Hypothesis, Skip, StreamingRecognizer, is_silence
 from .stream import Call, Finish, Push, Tick
 from .text import without_mark
 from .types import SAMPLE_RATE, Cues, PunctEvent, Word
 
+if TYPE_CHECKING:
+    from .punctuator import Punctuator
+
 __all__ = [
     "CaptionPipeline",
     "Heard",
     "Simulated",
     "simulate",
+    "Recorder",
+    "read_recording",
+    "replay",
     "call_to_json",
     "calls_from_json",
     "recorded_words",
@@ -284,4 +298,67 @@ def calls_from_json(
             out.append(Tick(c["tick"]))
         else:
             out.append(Finish())
+    return out
+
+
+RECORDING_VERSION = 1
+
+
+class Recorder:
+    """A run's calls written as they are made, to a JSON-lines file: a first line of the stream's
+    settings (``{"recording": 1, "lookahead": ..., "max_delay_ms": ..., "engine": ...}``), then
+    one :func:`call_to_json` line a call, flushed (a recording survives its server)."""
+
+    def __init__(self, path: str | Path, lookahead: int, max_delay_ms: float | None, engine: str):
+        self.path = Path(path)
+        self._file = self.path.open("w", encoding="utf-8")
+        header = {"recording": RECORDING_VERSION, "lookahead": lookahead, "max_delay_ms": max_delay_ms}
+        self._write({**header, "engine": engine})
+
+    def add(self, call: Call, clock: float) -> None:
+        self._write(call_to_json(call, clock))
+
+    def _write(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_recording(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A :class:`Recorder`'s file: its settings and its calls (as :func:`call_to_json` wrote them)."""
+    lines = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line]
+    if not lines or lines[0].get("recording") != RECORDING_VERSION:
+        raise DataFormatError(f"not a recording (version {RECORDING_VERSION})", str(path))
+    return lines[0], lines[1:]
+
+
+def replay(
+    punctuator: Punctuator,
+    recording: str | Path | tuple[dict[str, Any], list[dict[str, Any]]],
+    lookahead: int | None = None,
+    max_delay_ms: float | None = None,
+    engine: str | None = None,
+    **options: bool,
+) -> list[dict[str, Any]]:
+    """A recorded run's calls through a fresh stream of ``punctuator``, ticks included: each word
+    committed, in order, with its final ``label`` and the recorded ``clock`` of the call that
+    made it final. By default with the recording's own lookahead, time limit and engine (as the
+    server ran it); ``options``: :func:`calls_from_json`'s (marks, tentative, cues)."""
+    settings, records = read_recording(recording) if isinstance(recording, str | Path) else recording
+    stream = punctuator.stream(
+        settings["lookahead"] if lookahead is None else lookahead,
+        settings["max_delay_ms"] if max_delay_ms is None else max_delay_ms,
+        engine or settings.get("engine", "auto"),
+    )
+    out: list[dict[str, Any]] = []
+    for record, call in zip(records, calls_from_json(records, **options)):
+        if isinstance(call, Push):
+            out += [
+                {"text": w.text, "start": w.start, "end": w.end} for w in call.words if isinstance(w, Word)
+            ]
+        for e in stream.run(call):
+            if e.final:
+                out[e.index].update(label=e.label, clock=record.get("clock"))
     return out

@@ -184,7 +184,7 @@ def token_features(
 # Seconds of pause after a word, by the mark after it: (share of words followed by a pause of over
 # 50 ms, median pause, spread of its log). Measured on Whisper tiny.en's words as the live path
 # streams them over the speech dev recordings (40 min of two-party conversation, no recording a
-# benchmark reports: ``python benchmarks/speech_stats.py``, results/speech_stats.json).
+# benchmark reports: ``python -m benchmarks.speech_stats``, results/speech_stats.json).
 PAUSES = {
     "O": (0.07, 0.34, 1.03),
     "COMMA": (0.75, 0.53, 0.93),

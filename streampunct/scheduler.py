@@ -35,8 +35,10 @@ keeps one for speech recognition too, in audio seconds, and refuses new streams 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import logging
+import os
 import threading
 import time
 import weakref
@@ -49,7 +51,7 @@ from .errors import InputError, StreamPunctError
 from .stream import Call, Finish, PunctStream, Push, Revise, Tick
 from .types import PunctEvent, Word
 
-__all__ = ["Job", "run_batch", "Batcher", "Load"]
+__all__ = ["Job", "run_batch", "Batcher", "Load", "Loads", "lanes_for"]
 
 log = logging.getLogger("streampunct.scheduler")
 
@@ -103,6 +105,32 @@ class Load:
         return 1 / capacity if capacity else None
 
 
+class Loads(Load):
+    """Several lanes' loads as admission reads them: busy, the least busy lane's (where a new stream
+    goes: :meth:`Batcher.lane_of`); capacity, their sum."""
+
+    def __init__(self, loads: Sequence[Load]):
+        super().__init__()
+        self.loads = loads
+
+    def busy(self) -> float:
+        return min(load.busy() for load in self.loads)
+
+    def capacity(self) -> float | None:
+        known = [c for c in (load.capacity() for load in self.loads) if c is not None]
+        return sum(known) if known else None
+
+
+class _Lane:
+    """One batching worker: its queue, its thread and its load (in words)."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[Job] = asyncio.Queue()
+        self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="streampunct")
+        self.load = Load()
+        self.worker: asyncio.Task[None] | None = None
+
+
 @dataclass
 class Job:
     """One call on one stream."""
@@ -147,8 +175,22 @@ def run_batch(jobs: Sequence[Job]) -> list[list[PunctEvent] | Exception]:
     return results  # type: ignore[return-value]
 
 
+def lanes_for(device: str) -> int:
+    """Batching lanes for a model on ``device``: one a core on a CPU, each computing on one torch
+    thread (the forward passes of small batches scale across cores, not across a pass's threads);
+    one on an accelerator, whose batches grow instead. Sets torch's threads to match."""
+    if device != "cpu":
+        return 1
+    import torch
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    torch.set_num_threads(1)
+    return cores
+
+
 class Batcher:
-    """The one batching worker behind a server: ``await batcher.push(stream, words)``."""
+    """The batching workers behind a server: ``await batcher.push(stream, words)``. Each of its
+    ``lanes`` computes in a thread of its own; a stream keeps the lane it was first given."""
 
     def __init__(
         self,
@@ -157,24 +199,22 @@ class Batcher:
         max_job_words: int = 32,
         max_batch_words: int = 256,
         slice_s: float = SLICE_S,
+        lanes: int = 1,
     ):
-        if max_batch < 1 or max_wait_ms < 0 or max_job_words < 1 or max_batch_words < 1 or slice_s <= 0:
+        if min(max_batch, max_job_words, max_batch_words, lanes) < 1 or max_wait_ms < 0 or slice_s <= 0:
             raise InputError(
-                "max_batch, max_job_words and max_batch_words must be >= 1, max_wait_ms >= 0, slice_s > 0"
+                "max_batch, max_job_words, max_batch_words and lanes must be >= 1, max_wait_ms >= 0, slice_s > 0"
             )
         self.max_batch = max_batch
         self.slice_s = slice_s
-        self.load = Load()  # in words
         # each stream's cost a final word (seconds), from the batches it was in
         self._cost: weakref.WeakKeyDictionary[PunctStream, float] = weakref.WeakKeyDictionary()
         self.max_wait_ms = max_wait_ms
         self.max_job_words = max_job_words
         self.max_batch_words = max_batch_words
-        self._queue: asyncio.Queue[Job] = asyncio.Queue()
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="streampunct"
-        )
-        self._worker: asyncio.Task[None] | None = None
+        self.lanes = [_Lane() for _ in range(lanes)]
+        self.load = self.lanes[0].load if lanes == 1 else Loads([lane.load for lane in self.lanes])
+        self._lane: weakref.WeakKeyDictionary[PunctStream, _Lane] = weakref.WeakKeyDictionary()
         self.batches = 0  # statistics: batches run and jobs in them
         self.jobs = 0
         self.faults = 0  # batches in a row whose every job failed unexpectedly
@@ -238,24 +278,39 @@ class Batcher:
         return await self._submit(Job(stream, call))
 
     async def close(self) -> None:
-        """Finish the jobs already queued, then stop the worker."""
-        if self._worker is not None:
-            await self._queue.join()
-            self._worker.cancel()
-            try:
-                await self._worker
-            except asyncio.CancelledError:
-                pass
-            self._worker = None
-        self._executor.shutdown(wait=True)
+        """Finish the jobs already queued, then stop the workers."""
+        for lane in self.lanes:
+            if lane.worker is not None:
+                await lane.queue.join()
+                lane.worker.cancel()
+                try:
+                    await lane.worker
+                except asyncio.CancelledError:
+                    pass
+                lane.worker = None
+            lane.executor.shutdown(wait=True)
+
+    def lane_of(self, stream: PunctStream) -> _Lane:
+        """The stream's lane, kept (its calls in order): when it first came, the least busy (to a
+        tenth), then the one with the fewest streams."""
+        lane = self._lane.get(stream)
+        if lane is None:
+            if len(self.lanes) == 1:
+                lane = self.lanes[0]
+            else:
+                counts = collections.Counter(id(lane) for lane in self._lane.values())
+                lane = min(self.lanes, key=lambda lane: (round(lane.load.busy(), 1), counts[id(lane)]))
+            self._lane[stream] = lane
+        return lane
 
     async def _submit(self, job: Job) -> list[PunctEvent]:
         loop = asyncio.get_running_loop()
-        if self._worker is None:
-            self._worker = loop.create_task(self._run())
+        lane = self.lane_of(job.stream)
+        if lane.worker is None:
+            lane.worker = loop.create_task(self._run(lane))
         job.future = loop.create_future()
         job.submitted = time.perf_counter()
-        await self._queue.put(job)
+        await lane.queue.put(job)
         return await job.future
 
     def _fits(self, job: Job, batch: list[Job], streams: set[int], words: int) -> bool:
@@ -263,12 +318,13 @@ class Batcher:
             return False
         return not batch or words + job.size <= self.max_batch_words
 
-    async def _run(self) -> None:
+    async def _run(self, lane: _Lane) -> None:
         loop = asyncio.get_running_loop()
+        queue = lane.queue
         held: list[Job] = []  # taken from the queue, waiting for a later batch
         while True:
             if not held:
-                held.append(await self._queue.get())
+                held.append(await queue.get())
             batch: list[Job] = []
             streams: set[int] = set()
             words = 0
@@ -284,10 +340,10 @@ class Batcher:
             deadline = loop.time() + self.max_wait_ms / 1000
             while len(batch) < self.max_batch and words < self.max_batch_words:
                 try:
-                    if self._queue.empty() and loop.time() < deadline:
-                        job = await asyncio.wait_for(self._queue.get(), deadline - loop.time())
+                    if queue.empty() and loop.time() < deadline:
+                        job = await asyncio.wait_for(queue.get(), deadline - loop.time())
                     else:
-                        job = self._queue.get_nowait()
+                        job = queue.get_nowait()
                 except (asyncio.QueueEmpty, asyncio.TimeoutError):
                     break
                 if self._fits(job, batch, streams, words):
@@ -296,19 +352,21 @@ class Batcher:
                     words += job.size
                 else:
                     held.append(job)
-            self.load.start()
+            lane.load.start()
             t0 = time.perf_counter()
             try:
-                results = await loop.run_in_executor(self._executor, run_batch, batch)
+                results = await loop.run_in_executor(lane.executor, run_batch, batch)
             except Exception as e:  # a fault of the batch itself: every caller hears it
                 results = [e] * len(batch)
-            self.load.stop(words)
+            lane.load.stop(words)
             finals = sum(1 + sum(e.final for e in r) for r in results if not isinstance(r, Exception))
             cost = (time.perf_counter() - t0) / max(1, finals)
             for job in batch:  # a final word's cost in this batch: at once if more, else smoothed
                 before = self._cost.get(job.stream)
                 self._cost[job.stream] = cost if before is None or cost > before else (before + cost) / 2
             self._deliver(batch, results)
+            for _ in batch:
+                queue.task_done()
             del results, batch  # nothing of a finished batch stays referenced here
 
     def _deliver(self, batch: list[Job], results: Sequence[list[PunctEvent] | Exception]) -> None:
@@ -331,4 +389,3 @@ class Batcher:
                 else:
                     job.future.set_result(result)
             job.future = None
-            self._queue.task_done()

@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 
 from .metrics import MARK_CLASSES, count, score
-from .text import normalize, normalize_labeled
-from .training.conversation import labeled_words
+from .text import labeled_words, normalize, normalize_labeled
 
 __all__ = [
     "align", "move_marks", "compare", "pool", "metrics", "reference", "whisper_tokens", "word_tokens",

@@ -43,7 +43,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .engines import Work, compute_many
+import torch
+
+from .engines import Logits, Work, compute_many
 from .errors import InputError
 from .model import PunctModel
 from .pieces import WordPieces
@@ -52,8 +54,6 @@ from .text import LABELS, normalize
 from .types import Lookahead, PunctEvent, Word
 
 if TYPE_CHECKING:
-    import torch
-
     from .engines import Engine
     from .pos import Tagger
 
@@ -132,9 +132,10 @@ class PunctStream:
         pauses: bool = True,
     ):
         model = engine.model
-        if isinstance(model, PunctModel) and (model.cfg.interaction or model.cfg.masked_stream):
+        if isinstance(model, PunctModel) and type(model) is not PunctModel:  # its forward is not the stream's
             raise InputError(
-                "a two-stream teacher labels whole windows (label_tokens, predict); it is not streamed"
+                f"only the product's PunctModel is streamed; a {type(model).__name__} (such as FFA's "
+                "two-stream teacher, a training tool) labels whole windows (label_tokens, predict)"
             )
         self.policy = policy
         self.engine = engine.name
@@ -321,7 +322,7 @@ class PunctStream:
     def _word_of(self, t: int) -> Word:
         return self._words[self._tok_word[t - self._tok_base] - self._word_base]
 
-    def _label(self, t: int, ahead: int, logits: torch.Tensor) -> int:
+    def _label(self, t: int, ahead: int, logits: Logits) -> int:
         """Token ``t``'s label from its logits and, with pauses, its words' times: the word before
         it and, when ``ahead`` reaches it, the word after it (nothing beyond the lookahead); a
         word's last token decided at its deadline with nothing after it reads the silence heard
@@ -341,7 +342,9 @@ class PunctStream:
                 word, before, after or silence, last, first, cfg.pause_marks, cfg.pause_continued
             )
             cues = word.cues if last else None
-            logits = self._model.with_pauses(logits, features, ahead, silence is not None, cues)
+            logits = self._model.with_pauses(
+                torch.as_tensor(logits), features, ahead, silence is not None, cues
+            )
         return int(logits.argmax())
 
     def _silence_after(self, word: Word, t: int) -> Word | None:

@@ -17,6 +17,7 @@ __all__ = [
     "LABELS",
     "MARKS",
     "mark_of",
+    "labeled_words",
     "without_mark",
     "normalize",
     "normalize_text",
@@ -48,6 +49,13 @@ _ABBREVIATIONS = frozenset(
 )
 _EDGE_PUNCT = '"“”‘’«»()[]{}<>,;:!?¡¿…-–—*_/\\|~`^'
 _APOSTROPHES = str.maketrans({"’": "'", "‘": "'", "ʼ": "'"})
+# Words that are never a name: a capital on one inside a sentence is the recogniser's (a pass
+# that starts mid-sentence capitalises its first word), and is lowered (caption_text).
+FUNCTION_WORDS = frozenset(
+    "a an the and but or nor so yet for of to in on at by with from as if then than that this these those "
+    "there here my your his her its our their me him us them we you he she they it is are was were be been "
+    "am do does did have has had would could shall should must not no what which who how when where why".split()
+)
 _HAS_WORD_CHAR = re.compile(r"[\w&%$€£@#+]", re.UNICODE)
 
 
@@ -222,7 +230,9 @@ def caption_text(
         pronoun = surface == "I" or surface.startswith("I'")
         if surface[:1].isupper() and not pronoun:
             key = surface.lower().split("'")[0]  # "Anna's" is Anna
-            if not own_start:
+            if key in FUNCTION_WORDS:
+                surface = surface[0].lower() + surface[1:]
+            elif not own_start:
                 names.add(key)
             elif key not in names:
                 surface = surface[0].lower() + surface[1:]
@@ -231,6 +241,30 @@ def caption_text(
             tokens.append(surface)
             token_labels.append(label)
     return render(tokens, token_labels, sentence_start)
+
+
+# Chat words that are not speech: dropped, their mark given to the word before (labeled_words).
+CHAT_ONLY = frozenset({"lol", "lmao", "haha", "hahaha", "hehe", "xd", "omg", "lolol", "rofl"})
+
+
+def labeled_words(text: str, turn_end: bool = True) -> tuple[list[str], list[str]]:
+    """Punctuated text -> (words, labels): the mark after each word (``!`` counts as PERIOD, ``;``
+    and ``:`` as COMMA). With ``turn_end``, text that ends without a mark ends a sentence."""
+    words: list[str] = []
+    labels: list[str] = []
+    for raw in text.split():
+        bare = raw.rstrip("\"')]”’")
+        label = mark_of(bare)
+        word = bare.rstrip(".!?…,;:")
+        if not word or word.lower() in CHAT_ONLY or not any(c.isalnum() for c in word):
+            if label != "O" and labels and labels[-1] == "O":  # "great !" or "great lol."
+                labels[-1] = label
+            continue
+        words.append(word)
+        labels.append(label)
+    if turn_end and labels and labels[-1] in ("O", "COMMA"):
+        labels[-1] = "PERIOD"
+    return words, labels
 
 
 def read_iwslt(path: str | Path) -> tuple[list[str], list[str]]:

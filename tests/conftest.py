@@ -28,7 +28,7 @@ E2E = {
     "test_pipeline.py", "test_security.py", "test_server.py", "test_server_load.py", "test_soak.py",
 }  # fmt: skip
 MODEL = {
-    "test_calibrate.py", "test_pos.py", "test_prosody.py", "test_punctuator.py", "test_stream_states.py",
+    "test_calibrate.py", "test_cli.py", "test_pos.py", "test_prosody.py", "test_punctuator.py", "test_stream_states.py",
     "test_tagger_train.py", "test_train.py",
 }  # fmt: skip
 MODEL_FIXTURES = {"shipped", "base", "tagger_dir"}
@@ -96,13 +96,15 @@ def tiny_mpnet() -> Punctuator:
 def tiny_teacher() -> Punctuator:
     """``tiny_mpnet`` made FFA's two-stream teacher: heads that mix their scores (scaled up from
     FFA's start, so that the mix matters), a masked stream beside, one fusion layer."""
+    from streampunct.training.teacher import TeacherConfig, TwoStreamTeacher
+
     torch.manual_seed(0)
-    cfg = ModelConfig(
+    cfg = TeacherConfig(
         n_layer=6, n_head=2, n_embd=32, n_inner=64, block=16, context=8, dropout=0.0,
         max_positions=514, n_types=0, pos_offset=2, rel_buckets=32,
         interaction=True, masked_stream=True, fusion_heads=2,
     )  # fmt: skip
-    model = PunctModel(cfg).eval()
+    model = TwoStreamTeacher(cfg).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith(".mix"):

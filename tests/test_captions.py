@@ -118,3 +118,39 @@ def test_conversation_is_cased_by_streampunct_sentences_not_the_recognisers():
     ]
     text = conversation_lines(said)
     assert text == "Yeah. Okay, so I think Anna's right. Really? I'm not sure, Anna said so, then we left."
+
+
+def test_no_line_is_one_word_left_over_from_its_sentence():
+    """Issue 66: 6 of 58 caption lines a newcomer saw were one word, the end of the sentence the
+    line before had begun (a full line, then a last word too long to join it). Such a word now
+    takes the line's last word with it; every word still comes once, in order. (A line that
+    closes at a comma may still be followed by a one-word end: the comma is the break.)"""
+    import random
+
+    rng = random.Random(0)
+    vocab = ["a", "we", "the", "went", "today", "extraordinarily", "complicated", "arrangements", "it", "so"]
+    for _ in range(300):
+        talk = [
+            (rng.choice(vocab), rng.choice(["O"] * 8 + ["COMMA", "PERIOD", "QUESTION"])) for _ in range(60)
+        ]
+        captioner = Captioner()
+        lines = captioner.add([PunctEvent(i, w, label, True) for i, (w, label) in enumerate(talk)])
+        lines += captioner.flush()
+        assert [c.first for c in lines] == [0] + [c.last + 1 for c in lines[:-1]]
+        for before, line in zip(lines, lines[1:]):
+            alone = line.first == line.last and talk[line.first][1] in ("PERIOD", "QUESTION")
+            assert not (alone and talk[before.last][1] == "O" and before.last > before.first), (
+                before.text,
+                line.text,
+            )
+
+
+def test_a_capital_the_recogniser_put_on_a_function_word_mid_sentence_is_lowered():
+    """Issue 66: Whisper's capitals leaked mid-sentence ("But My master"): a pass that starts
+    within a sentence capitalises its first word, and a capital inside a sentence was kept as a
+    name's. A function word is never a name; names keep their capital."""
+    from streampunct.text import caption_text
+
+    raw = ["but", "My", "master", "told", "Anna", "The", "news"]
+    text = caption_text(raw, ["O", "O", "O", "O", "O", "O", "PERIOD"], previous="well", sentence_start=False)
+    assert text == "but my master told Anna the news."

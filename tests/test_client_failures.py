@@ -292,3 +292,20 @@ def test_words_client_when_the_punct_server_is_killed(tmp_path):
     assert first[0].isupper() and first.rstrip()[-1] in ".?", first  # a sentence before the kill
     received = words_of(first + rest)
     assert received == said[: len(received)] and len(received) <= 12, first + rest
+
+
+def test_a_client_with_its_server_in_process_says_what_was_refused_without_a_server_prefix(tmp_path, capsys):
+    """Issue 66: with no --url the user started no server, so the server's refusals are not
+    labelled "server:" (a newcomer met warnings so prefixed in an in-process run)."""
+    f = tmp_path / "words.jsonl"
+    lines = [
+        {"words": ["hello", "there", "how", "are", "you"]},
+        {"revise": 0, "words": ["x"]},
+        {"text": "today"},
+    ]
+    f.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert words.cli(["--lookahead", "0", str(f)]) == 0
+    stdout, err = capsys.readouterr()
+    refused = [line for line in err.splitlines() if "can revise from word" in line]
+    assert refused and refused[0].startswith("bad_input: "), err
+    assert stdout.split()[-1].startswith("Today")  # the stream went on after the refusal

@@ -81,9 +81,9 @@ def test_a_session_replica_stopped_mid_stream_finishes_its_streams_and_the_next_
     for words, labels in zip(texts + later, before + after, strict=True):
         assert labels == shipped.predict(words, lookahead=2)  # every word final, once, as predict
     assert replicas("sessions", "Sessions") == {"RUNNING": 1}
-    assert replicas("encoder", "Encoder") == {"RUNNING": 1}
+    assert replicas("encoder-0", "Encoder") == {"RUNNING": 1}
     assert open_streams(url) == 0
-    encoder = serve.get_deployment_handle("Encoder", app_name="encoder")
+    encoder = serve.get_deployment_handle("Encoder", app_name="encoder-0")
     assert encoder.open_streams.remote().result() == 0  # a finished stream is forgotten
 
     async def lost():  # a client gone without its end message
@@ -105,7 +105,8 @@ def test_serve_ray_guards_its_streams_as_serve_does(ray_serve):
     always zero. Now the same guard: without the token 401, a foreign Origin or a rebinding Host
     403, an authorised stream served; past the encoder's real load a new stream gets 503 ``busy``
     with Retry-After before its websocket opens."""
-    from streampunct.server.guard import Access, Limits
+    from streampunct.options import Limits
+    from streampunct.server.guard import Access
     from tests.test_overload import LONG
     from tests.test_security import handshake
 
@@ -146,3 +147,29 @@ def test_serve_ray_guards_its_streams_as_serve_does(ray_serve):
     refusal = asyncio.run(go())
     assert refusal.status_code == 503 and int(refusal.headers["Retry-After"]) >= 1
     assert json.loads(refusal.body)["code"] == "busy"
+
+
+def test_two_encoder_replicas_share_the_streams_and_each_stream_stays_on_its_own(ray_serve, shipped):
+    """Issue 64: with ``--encoder-replicas 2`` a new stream goes to the encoder least busy, every
+    call of a stream reaches the encoder that holds its state, and its labels are predict()'s."""
+    url = ray_serve
+    cluster.deploy(session_replicas=1, encoder_replicas=2, device="cpu")
+    encoders = [serve.get_deployment_handle("Encoder", app_name=cluster.encoder_app(i)) for i in range(2)]
+    texts = [WORDS[i:] + WORDS[:i] + WORDS[:10] for i in range(6)]
+
+    async def go():
+        first = asyncio.Event()
+        tasks = [asyncio.create_task(stream(url, t, first, gap_s=0.3)) for t in texts]
+        await first.wait()
+        await asyncio.sleep(1.0)
+        held = [await e.open_streams.remote() for e in encoders]
+        return held, await asyncio.gather(*tasks)
+
+    try:
+        held, labels = asyncio.run(go())
+        assert sum(held) == len(texts) and min(held) >= 2, held
+        for words, got in zip(texts, labels, strict=True):
+            assert got == shipped.predict(words, lookahead=2)
+        assert [e.open_streams.remote().result() for e in encoders] == [0, 0]
+    finally:
+        serve.delete(cluster.encoder_app(1))  # its CPU back, for the tests after

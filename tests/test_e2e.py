@@ -251,7 +251,8 @@ def test_in_a_pause_the_time_limit_fires_on_time(tmp_path):
     subprocess.run(["espeak-ng", "-v", "en-us", "-s", "140", "-w", str(wav), SENTENCES[3]], check=True)
     spoken = load_audio(str(wav))
     audio = np.concatenate([spoken, np.zeros(8 * SAMPLE_RATE, dtype=np.float32)])
-    proc, url = start_server("--preload-asr", "--asr-chunk-s", "2", "--asr-end-of-speech-s", "off")
+    (tmp_path / "c.toml").write_text('[recognizer]\nmin_chunk_s = 2\nend_of_speech_s = "off"\n')
+    proc, url = start_server("--preload-asr", "--config", str(tmp_path / "c.toml"))
     try:
         result = asyncio.run(stream_file(url, audio, 1.0, P.Config(lookahead=2, max_delay_ms=4000)))
     finally:

@@ -11,26 +11,25 @@ import shutil
 import numpy as np
 import pytest
 
-from benchmarks.common import load_recordings
-from benchmarks.e2e import (
-    SAMPLE_RATE,
-    SPEECH_SPLIT,
-    STREAM_VERSION,
-    bootstrap,
-    evaluate,
-    evaluate_parallel,
-    quick,
-    recognise,
-    server_system,
-    speech_names,
-    summarise,
-    systems_for,
-    table,
-    unit_tallies,
-    write_wav,
-)
+from benchmarks.e2e import quick
+from benchmarks.lib.e2e_audio import SPEECH_SPLIT, speech_names, write_wav
+from benchmarks.lib.e2e_recognise import STREAM_VERSION, recognise
+from benchmarks.lib.e2e_results import bootstrap, server_system, summarise, table
+from benchmarks.lib.e2e_systems import evaluate, evaluate_parallel, systems_for
+from benchmarks.lib.recordings import as_recording, load_recordings, recording_of
 from streampunct import Punctuator
-from streampunct.scoring import align, compare, metrics, micro_f1, move_marks, reference, wer, word_tokens
+from streampunct.scoring import (
+    align,
+    compare,
+    metrics,
+    micro_f1,
+    move_marks,
+    reference,
+    unit_tallies,
+    wer,
+    word_tokens,
+)
+from streampunct.speech import SAMPLE_RATE
 from streampunct.types import Word
 
 
@@ -185,7 +184,7 @@ def test_scoring_in_worker_processes_gives_what_one_process_gives(tmp_path):
         for i in range(0, 12, 3)
     ]
     calls += [{"clock": 7.0, "tick": 7.0}, {"clock": 7.0, "push": words[12:], "now": 7.0, "tentative": []}]
-    asr = {"calls": [*calls, {"clock": 7.0, "finish": True}]}
+    asr = as_recording([*calls, {"clock": 7.0, "finish": True}])
     rec = {
         "name": "r",
         "set": "human",
@@ -246,7 +245,7 @@ def test_quick_mode_end_to_end(tmp_path):
 def test_record_streams_again_what_an_older_recogniser_streamed(tmp_path):
     """A cached stream made by the recogniser before its passes decoded once (no ``version``)
     is streamed again; one made by the current recogniser with the server's settings is kept."""
-    from benchmarks.e2e import front_end
+    from benchmarks.lib.e2e_recognise import front_end
     from streampunct.options import FrontEndOptions, RecognizerOptions
 
     write_wav(tmp_path / "a.wav", np.zeros(2 * SAMPLE_RATE, dtype=np.float32))
@@ -260,7 +259,31 @@ def test_record_streams_again_what_an_older_recogniser_streamed(tmp_path):
     )
     assert old["version"] == STREAM_VERSION and isinstance(old["calls"], list)
     assert old["calls"][-1] == {"clock": 2.0, "finish": True}
+    assert old["settings"] == as_recording([])["settings"]  # a recording, as the server's --record keeps one
     assert new["calls"] == "kept"
+
+
+@pytest.mark.unit
+def test_a_stream_cached_before_its_settings_were_kept_is_read_with_a_default_clients(tmp_path):
+    """The simulated run's recording: its calls with the settings a default client gets (lookahead
+    2, 1500 ms, engine auto); a cached stream from before the settings were kept gets the same on
+    load, so its scores stay what they were."""
+    calls = [
+        {"clock": 1.0, "push": _timed(["yes"]), "now": 1.0, "tentative": []},
+        {"clock": 1.0, "finish": True},
+    ]
+    rec = {
+        "name": "r",
+        "set": "human",
+        "text": "Yes.",
+        "streaming": {"tiny.en": {"calls": calls}},
+        "offline": {},
+    }
+    (tmp_path / "r.json").write_text(json.dumps(rec))
+    (loaded,) = load_recordings(tmp_path)
+    settings, records = recording_of(loaded["streaming"]["tiny.en"])
+    assert settings == {"recording": 1, "lookahead": 2, "max_delay_ms": 1500.0, "engine": "auto"}
+    assert records == calls and as_recording(calls) == {"settings": settings, "calls": calls}
 
 
 def _timed(words: list[str]) -> list[dict]:
@@ -274,7 +297,7 @@ def test_the_words_streampunct_punctuates_can_be_the_offline_or_the_reference_wo
     text = "Yes, I saw it. Did you like it? We went on Sunday, and it rained all day."
     plain = "yes I saw it. did you like it we went on sunday and it rained. all day".split()
     offline = "Yes, I saw it. Did you like it? We went on Sunday and it rained all day.".split()
-    asr = {"calls": [{"push": _timed(plain), "now": 7.0, "tentative": []}, {"finish": True}]}
+    asr = as_recording([{"push": _timed(plain), "now": 7.0, "tentative": []}, {"finish": True}])
     rec = {"name": "r", "set": "human", "text": text, "seconds": 7.0}
     with_offline = {**rec, "streaming": {"tiny.en": asr}, "offline": {"tiny.en": {"words": _timed(offline)}}}
     without = {**rec, "name": "s", "streaming": {"tiny.en": asr}, "offline": {}}

@@ -10,7 +10,7 @@ import pytest
 
 from streampunct.cli import build_parser, main
 from streampunct.flags import add_config_flags, config_from_flags
-from streampunct.server.guard import Limits
+from streampunct.options import Limits
 from streampunct.training.pause_train import PauseTrainConfig
 from streampunct.training.tagger_train import TaggerTrainConfig
 from streampunct.training.train import TrainConfig

@@ -36,35 +36,30 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from benchmarks.common import WORDS, finals, talk
-from benchmarks.fuzz import (
+from benchmarks.lib.fuzz_audio import asr_scripts, speech_pcm
+from benchmarks.lib.fuzz_client import FuzzServer, Report, log_problems, neighbour, run_script, warm_up
+from benchmarks.lib.fuzz_messages import (
     END,
     INVALID_UTF8,
     MAX_FRAME,
     MAX_WORDS,
     REVISE,
     SERVER_ARGS,
-    FuzzServer,
+    SERVER_CONFIG,
     Hostile,
     Raw,
-    Report,
     Script,
-    asr_scripts,
-    log_problems,
     message,
-    neighbour,
-    punct_scripts,
-    run_script,
-    schema_fault,
-    speech_pcm,
-    warm_up,
 )
+from benchmarks.lib.fuzz_oracle import schema_fault
+from benchmarks.lib.fuzz_punct import punct_scripts
 
 # --- the tests -------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def fuzz():
-    server = FuzzServer(*SERVER_ARGS)
+    server = FuzzServer(*SERVER_ARGS, config=SERVER_CONFIG)
     try:
         server.alone = asyncio.run(warm_up(server.url))  # type: ignore[attr-defined]
         yield server
@@ -172,10 +167,11 @@ def test_asr_endpoint_survives_hostile_messages(fuzz, script):
     check_example(fuzz, script)
 
 
-def test_rate_limits_finish_the_stream_not_the_server():
+def test_rate_limits_finish_the_stream_not_the_server(tmp_path):
     """Over its rate a client is slowed, then refused: rate_limited, the stream finished (end, with
     the words taken), the connection closed 1008; the server goes on and its log stays clean."""
-    server = FuzzServer("--words-per-s", "10", "--words-burst", "10", "--max-wait-s", "0.3")
+    (tmp_path / "c.toml").write_text("[limits]\nwords_per_s = 10\nwords_burst = 10\nmax_wait_s = 0.3\n")
+    server = FuzzServer("--config", str(tmp_path / "c.toml"))
     try:
 
         async def go() -> tuple[list[dict], int | None]:

@@ -1,5 +1,6 @@
-"""benchmarks/latency_f1.py: its pipeline replay on a hand-made recording, and its quick mode end to
-end (the shipped accuracy tables against emission delays measured with the shipped model)."""
+"""benchmarks/latency_f1.py: a live stream's recording (caption_latency.py's timelines) replayed, on a
+hand-made one, and its quick mode end to end (the shipped accuracy tables against emission delays
+measured with the shipped model)."""
 
 from __future__ import annotations
 
@@ -9,42 +10,78 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.common import replay
-from streampunct import Punctuator
+import pytest
+
+from benchmarks.lib.recordings import recording_of
+from streampunct.options import read_config
+from streampunct.pipeline import Recorder, calls_from_json, replay
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_replay_gives_each_word_one_final_time_after_its_push():
-    words = [
-        {"text": t, "start": 0.5 * i, "end": 0.5 * i + 0.4}
-        for i, t in enumerate("so how are you doing today i am fine thanks".split())
-    ]
-    pushes = [  # three passes of the recogniser, then a tick in the pause
-        {"clock": 1.6, "first": 0, "words": 3, "now": 1.4},
-        {"clock": 2.9, "first": 3, "words": 4, "now": 3.4},
-        {"clock": 5.9, "first": 7, "words": 3, "now": 5.0},
-        {"clock": 7.0, "first": 10, "words": 0, "now": 6.6},
-    ]
-    stream = {"words": words, "pushes": pushes, "end_clock": 8.0}
-    p = Punctuator.load()
+WORDS = [
+    {"text": t, "start": 0.5 * i, "end": 0.5 * i + 0.4}
+    for i, t in enumerate("so how are you doing today i am fine thanks".split())
+]
+CALLS = [  # three passes of the recogniser (their provisional words as lookahead), a tick in the pause
+    {"clock": 1.6, "push": WORDS[0:3], "now": 1.4, "tentative": WORDS[3:5]},
+    {"clock": 3.6, "push": WORDS[3:7], "now": 3.4, "tentative": []},
+    {"clock": 5.9, "push": WORDS[7:10], "now": 5.0, "tentative": []},
+    {"clock": 7.0, "tick": 6.6},
+    {"clock": 8.0, "finish": True},
+]
+
+
+@pytest.mark.unit
+def test_a_servers_recording_goes_into_the_timelines_and_replays_for_each_lookahead(tiny, tmp_path):
+    """caption_latency.py finds a stream's recording (``serve --record DIR``: DIR/SESSION.jsonl, the
+    one file new since the last stream) and keeps it in the timelines; latency_f1.py replays it with
+    ``streampunct.pipeline.replay`` for each k: every word final once, at or after its push, at
+    its own push for k=0, and by the tick in the pause (the time limit) for the last words at k=4."""
+    from benchmarks.caption_latency import server_recording, word_times
+    from benchmarks.latency_f1 import LOOKAHEADS, pipeline_panel
+
+    (tmp_path / "000001.jsonl").write_text("")  # an earlier stream's
+    seen = {tmp_path / "000001.jsonl"}
+    recorder = Recorder(tmp_path / "000002.jsonl", 2, 1500, "masked")
+    for call, record in zip(calls_from_json(CALLS), CALLS):
+        recorder.add(call, record["clock"])
+    recorder.close()
+    session, kept = server_recording(tmp_path, seen)
+    settings = {"recording": 1, "lookahead": 2, "max_delay_ms": 1500, "engine": "masked"}
+    assert session == "000002" and kept == {"settings": settings, "calls": CALLS}
+    assert tmp_path / "000002.jsonl" in seen
+    pushed_at = [c["clock"] for c in CALLS if "push" in c for _ in c["push"]]
     for k in (0, 2, 4):
-        out = replay(p, stream, k, 1500)
-        assert [w["text"] for w in out] == [w["text"] for w in words]
-        pushed_at = [
-            next(q["clock"] for q in pushes if q["first"] <= i < q["first"] + q["words"]) for i in range(10)
-        ]
-        assert all(w["final"] >= t for w, t in zip(out, pushed_at))
+        out = replay(tiny, recording_of(kept), k, 1500, "auto")
+        assert [w["text"] for w in out] == [w["text"] for w in WORDS]
+        assert all(w["clock"] >= t for w, t in zip(out, pushed_at))
         assert all(w["label"] in ("O", "COMMA", "PERIOD", "QUESTION") for w in out)
         if k == 0:  # no lookahead: final at its own push
-            assert [w["final"] for w in out] == pushed_at
-    # k=4: the last three words are decided by the tick in the pause (their time limit), not the end
-    assert [w["final"] for w in replay(p, stream, 4, 1500)][-3:] == [7.0, 7.0, 7.0]
+            assert [w["clock"] for w in out] == pushed_at
+        if k == 4:  # the last three decided by the tick in the pause (their time limit), not the end
+            assert [w["clock"] for w in out][-3:] == [7.0, 7.0, 7.0]
+    # the client's timeline gives each word's stages (its final punctuation: the final event's arrival)
+    timeline = [
+        (1.7, {"type": "words", "first": 0, "committed": [{**WORDS[0], "index": 0}], "provisional": []}),
+        (1.8, {"type": "events", "events": [{"index": 0, "label": "COMMA", "final": True}]}),
+    ]
+    (word,) = word_times(timeline)
+    assert (word["seen"], word["committed"], word["final"], word["label"]) == (1.7, 1.7, 1.8, "COMMA")
+    stream = {"name": "a", "set": "clips", "text": "So how are you doing today? I am fine, thanks.", "run": 0}
+    (tmp_path / "x.json").write_text(
+        json.dumps({"frontend": "x", "streams": [{**stream, "recording": kept}]})
+    )
+    rows = pipeline_panel(tiny, tmp_path, 1500)
+    assert [(r["frontend"], r["set"], r["lookahead"], r["words"]) for r in rows] == [
+        ("x", "clips", k, len(WORDS)) for k in LOOKAHEADS
+    ]
+    assert rows[0]["latency_s"]["median"] >= 0 and rows[0]["wer"] == 0
 
 
 def test_quick_mode_writes_both_panels(tmp_path):
     run = subprocess.run(
-        [sys.executable, "benchmarks/latency_f1.py", "--quick", "--out", str(tmp_path)],
+        [sys.executable, "-m", "benchmarks.latency_f1", "--quick", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -63,29 +100,32 @@ def test_quick_mode_writes_both_panels(tmp_path):
     assert payload["pipeline"] == []  # no timelines given
 
 
-def test_each_named_front_end_sets_every_recogniser_setting():
-    """A named front end stays what it was measured as when the server's defaults change: it gives
-    every setting (``today`` once took the 12 s pad and settling that came after it), and the
-    server reads its flags back as the options it was written from."""
-    from benchmarks.caption_latency import FRONTENDS
-    from streampunct.flags import config_from_flags
-    from streampunct.options import FrontEndOptions, RecognizerOptions
-    from streampunct.server.app import build_parser
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="--config files need tomllib")
+def test_each_named_front_end_sets_every_recogniser_setting(tmp_path):
+    """A named front end stays what it was measured as when the server's defaults change: its
+    --config file gives every setting (``today`` once took the 12 s pad and settling that came
+    after it), and the server reads the file back as the options it was written from."""
+    from benchmarks.lib.caption_frontends import FRONTENDS, server_args, settings
+    from streampunct.options import FrontEndOptions, RecognizerOptions, config_toml
+    from streampunct.server.app import build_parser, options_from_args
 
-    fields = len(dataclasses.fields(RecognizerOptions)) + len(dataclasses.fields(FrontEndOptions))
-    for name, flags in FRONTENDS.items():
-        args = build_parser().parse_args(flags.split())
-        options = (
-            config_from_flags(args, RecognizerOptions, prefix="asr-"),
-            config_from_flags(args, FrontEndOptions),
-        )
-        if name == "default":  # the server's defaults, whatever they are
-            assert flags == "" and options == (RecognizerOptions(), FrontEndOptions())
+    fields = {f.name for cls in (RecognizerOptions, FrontEndOptions) for f in dataclasses.fields(cls)}
+    ap = build_parser()
+    read = {}
+    for name, text in FRONTENDS.items():
+        args = ap.parse_args(server_args(name, tmp_path))
+        options = read[name] = options_from_args(ap, args, ("recognizer", "front_end"))
+        if name == "default":  # no file: the server's defaults, whatever they are
+            assert text == "" and args.config is None and settings(name) == []
+            assert options == {"recognizer": RecognizerOptions(), "front_end": FrontEndOptions()}
             continue
-        given = [f for f in flags.split() if f.startswith("--")]
-        assert len(given) == len(set(given)) == fields, (name, given)
-    args = build_parser().parse_args(FRONTENDS["today"].split())
-    today = config_from_flags(args, RecognizerOptions, prefix="asr-")
+        given = read_config(args.config)
+        assert set(given) == {"recognizer", "front_end"}, name
+        keys = [k for table in given.values() for k in table]
+        assert len(keys) == len(set(keys)) == len(fields) and set(keys) == fields, (name, keys)
+        assert [s.split("=")[0] for s in settings(name)] == keys
+        assert config_toml(options["recognizer"], options["front_end"]) == text, name
+    today = read["today"]["recognizer"]
     assert (today.min_chunk_s, today.end_of_speech_s, today.prompt, today.encoder_pad_s) == (
         1.0,
         None,

@@ -9,16 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.model_table import (
-    ANCHORS,
-    RESULTS,
-    ROWS,
-    build,
-    checkpoint_params,
-    markdown,
-    parse_extra,
-    resolve,
-)
+from benchmarks.common import RESULTS
+from benchmarks.lib.model_sources import build, checkpoint_params, resolve
+from benchmarks.model_table import ANCHORS, ROWS, markdown, parse_extra
 
 
 def report(micro_f1: float) -> dict[str, object]:

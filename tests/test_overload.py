@@ -60,8 +60,10 @@ async def finished_within(url: str, words: list[str], seconds: float) -> list[di
 
 
 @pytest.fixture(scope="module")
-def limited():
-    proc, url = start_server("--words-per-s", "50", "--words-burst", "100", "--max-wait-s", "1")
+def limited(tmp_path_factory):
+    config = tmp_path_factory.mktemp("limited") / "c.toml"
+    config.write_text("[limits]\nwords_per_s = 50\nwords_burst = 100\nmax_wait_s = 1\n")
+    proc, url = start_server("--config", str(config))
     yield url
     stop_server(proc)
 

@@ -9,6 +9,7 @@ import asyncio
 import json
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,10 +18,10 @@ from websockets.asyncio.client import connect
 from streampunct import Punctuator
 from streampunct import protocol as P
 from streampunct.clients.file import load_audio
-from streampunct.options import StreamOptions
-from streampunct.pipeline import CaptionPipeline, simulate
+from streampunct.options import Limits, StreamOptions
+from streampunct.pipeline import CaptionPipeline, read_recording, replay, simulate
 from streampunct.server.app import App, run_server
-from streampunct.server.guard import Access, Limits
+from streampunct.server.guard import Access
 from streampunct.server.sessions import AsrSession
 from streampunct.speech import SAMPLE_RATE, StreamingRecognizer, load_whisper
 
@@ -69,12 +70,14 @@ def through_the_driver(
 
 
 async def through_the_server(
-    punctuator: Punctuator, whisper, audio: np.ndarray
+    punctuator: Punctuator, whisper, audio: np.ndarray, record: Path | None = None
 ) -> tuple[list[str], dict[int, str]]:
     """The server's session on a clock the test holds: each chunk arrives at its end's audio time,
     and the next is sent once the session has recognised all it was given, as simulate() does."""
     clock = [0.0]
-    app = App(punctuator, access=Access(), limits=Limits(audio_speed=None), clock=lambda: clock[0])
+    app = App(
+        punctuator, access=Access(), limits=Limits(audio_speed=None), clock=lambda: clock[0], record=record
+    )
     app._whisper = whisper  # the same model object, loaded once
     ready = asyncio.Event()
     server = asyncio.create_task(run_server(app, "127.0.0.1", 0, ready, standalone=False))
@@ -127,3 +130,17 @@ def test_a_pause_moves_the_punctuation_clock_in_the_pipelines_calls(speech, part
     ticks = [call.now for _, call in out.calls if isinstance(call, Tick)]
     assert len(ticks) >= 4 and ticks == sorted(ticks)
     assert any(b - a == pytest.approx(CHUNK_S) for a, b in zip(ticks, ticks[1:]))
+
+
+def test_the_servers_recording_replayed_gives_the_servers_own_words_and_marks(speech, parts, tmp_path):
+    """Issue 66: the server records each /v1/asr stream's calls (``--record DIR``), and
+    ``pipeline.replay()`` runs them through a fresh stream, the pause clock's ticks included: the
+    words and final marks the server sent, exactly."""
+    punctuator, whisper = parts
+    words, final = asyncio.run(through_the_server(punctuator, whisper, speech, record=tmp_path))
+    (path,) = tmp_path.glob("*.jsonl")
+    settings, records = read_recording(path)
+    assert settings["lookahead"] == StreamOptions().lookahead and any("tick" in r for r in records)
+    replayed = replay(punctuator, path)
+    assert [w["text"] for w in replayed] == words
+    assert {i: w["label"] for i, w in enumerate(replayed)} == final

@@ -1,10 +1,13 @@
-"""Every figure the README quotes is in the result file it names.
+"""Every figure the README quotes is the value of the key it names in a result file.
 
-A paragraph or table of figures in the README starts with ``<!-- source: FILE [FILE ...] -->``
-(files under benchmarks/results/, or ``FILE@COMMIT`` for a result git keeps). Each decimal figure
-in it (``60.1``, ``+1.9``, ``[-0.4, +4.1]``, ``17.9 ms``) must equal, to the decimals it shows, a
-number somewhere in those files; every paragraph of the Results section that quotes a decimal
-figure must name its source.
+A paragraph of figures in the README starts with a comment ``<!-- keys:`` whose lines name, in
+the order the figures come, the file (under benchmarks/results/, or ``FILE@COMMIT`` for a result
+git keeps) and the key of each: ``e2e.json paired/sets/speech_test/.../micro_f1/diff`` (a path of
+keys and list indices, separated by ``/``). Its figures are its decimals (``60.1``, ``+1.9``,
+``[-0.4, +4.1]``) and its bold integers (``**28**``); each must equal its key's value to the
+decimals it shows. A generated table starts with ``<!-- source: FILE ... -->`` and is checked
+against the code that writes it. Every paragraph of the Results section that quotes a decimal
+figure is one or the other.
 """
 
 import json
@@ -19,19 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 RESULTS = ROOT / "benchmarks" / "results"
 SOURCE = re.compile(r"<!-- source: (.+?) -->")
+KEYS = re.compile(r"<!-- keys:\n(.*?)\n-->\n(.*?)(?:\n\n|$)", re.S)
 FIGURE = re.compile(r"(?<![\w.])([-+]?\d+\.\d+)(?![\d.])")
-
-
-def numbers(value: object) -> list[float]:
-    if isinstance(value, bool):
-        return []
-    if isinstance(value, (int, float)):
-        return [float(value)]
-    if isinstance(value, dict):
-        return [x for v in value.values() for x in numbers(v)]
-    if isinstance(value, list):
-        return [x for v in value for x in numbers(v)]
-    return []
+QUOTED = re.compile(r"(?<![\w.])([-+]?\d+\.\d+)(?![\d.])|\*\*(\d[\d,]*)\*\*")
 
 
 def read_source(name: str) -> object:
@@ -57,24 +50,42 @@ def blocks(text: str) -> list[tuple[list[str], str]]:
     return out
 
 
-def test_every_sourced_figure_is_in_its_source():
-    found = blocks(README.read_text())
-    assert len(found) >= 3, "the README's results name their sources"
-    for sources, text in found:
-        pool = [x for name in sources for x in numbers(read_source(name))]
-        for figure in FIGURE.findall(re.sub(r"<!--.*?-->", "", text)):
-            decimals = len(figure.split(".")[1])
-            value = float(figure)
-            assert any(round(x, decimals) == value for x in pool), f"{figure} is in none of {sources}"
+def value_at(name: str, path: str) -> float:
+    value = read_source(name)
+    for key in path.split("/"):
+        value = value[int(key)] if isinstance(value, list) else value[key]  # type: ignore[index]
+    assert isinstance(value, int | float) and not isinstance(value, bool), (name, path, value)
+    return float(value)
+
+
+def keyed() -> list[tuple[list[tuple[str, str]], str]]:
+    """(the keys it names, the text) of each keyed paragraph."""
+    return [
+        ([tuple(line.strip().split(" ", 1)) for line in m.group(1).splitlines()], m.group(2))  # type: ignore[misc]
+        for m in KEYS.finditer(README.read_text())
+    ]
+
+
+def test_every_figure_is_the_value_of_the_key_it_names():
+    found = keyed()
+    assert len(found) >= 3, "the README's results name their keys"
+    for keys, text in found:
+        figures = [
+            decimal or bold for decimal, bold in QUOTED.findall(re.sub(r"<!--.*?-->", "", text, flags=re.S))
+        ]
+        assert len(figures) == len(keys), (len(figures), len(keys), text[:80])
+        for figure, (name, path) in zip(figures, keys):
+            value = value_at(name, path)
+            decimals = len(figure.split(".")[1]) if "." in figure else 0
+            assert round(value, decimals) == float(figure.replace(",", "")), (
+                f"{figure}: {name} {path} is {value}"
+            )
 
 
 def test_the_accuracy_table_is_the_saved_results():
     """The table is written by benchmarks/accuracy.py from accuracy.json and accuracy_base.json:
     the README shows exactly what they hold."""
-    import sys
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from accuracy import shipped_summary
+    from benchmarks.accuracy import shipped_summary
 
     section = (
         README.read_text()
@@ -84,9 +95,9 @@ def test_the_accuracy_table_is_the_saved_results():
     assert section.strip() == shipped_summary(short=True).strip()
 
 
-def test_every_figure_of_the_results_names_its_source():
+def test_every_figure_of_the_results_names_its_keys():
     section = README.read_text().split("## Results", 1)[1].split("\n## ", 1)[0]
-    sourced = {text for _, text in blocks(section)}
+    sourced = {text for _, text in blocks(section)} | {text for _, text in keyed()}
     for paragraph in re.split(r"\n\s*\n", section):
         body = re.sub(r"<!--.*?-->", "", paragraph).strip()
         if FIGURE.search(body) and "IWSLT protocol" not in body:

@@ -1,6 +1,6 @@
 """Issue 63, item 3: `streampunct words` sends again what the server refuses (`busy`), so that every
 word of its input is final exactly once, in order. A real server in this process (the shipped model,
-the sessions of `streampunct serve`) with a tiny --max-waiting-words; input lines of many words at
+the sessions of `streampunct serve`) with a tiny `max_waiting_words` limit; input lines of many words at
 once, and ticks, drive the client into `busy`. What the server sent is read as the client reads it
 (its receive, wrapped); the client runs as its command does (exit status, stdout, stderr)."""
 
@@ -25,8 +25,8 @@ from websockets.asyncio.client import connect
 
 from streampunct import protocol as P
 from streampunct.clients import words
+from streampunct.options import Limits
 from streampunct.server.app import App, run_server
-from streampunct.server.guard import Limits
 
 VOCAB = "so what did you do we went to the market and bought some bread then came home".split()
 
@@ -58,7 +58,7 @@ def serving(punctuator: Any, max_waiting_words: int) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def server(shipped) -> Iterator[Any]:
-    """The URL of a server with this --max-waiting-words (each started once)."""
+    """The URL of a server with this `max_waiting_words` limit (each started once)."""
     urls: dict[int, str] = {}
     with contextlib.ExitStack() as stack:
 
@@ -128,7 +128,7 @@ def check(lines: list[dict], status: int, out: str, err: str, received: list) ->
 
 
 def words_and_ticks(rng: random.Random, n: int) -> list[dict]:
-    """Lines of one word and of many (more than --max-waiting-words: a long line after a short
+    """Lines of one word and of many (more than `max_waiting_words`: a long line after a short
     one is refused while the short one waits), and ticks."""
     lines: list[dict] = []
     for i in range(n):
@@ -248,7 +248,7 @@ async def talk(url: str, *messages: dict) -> list[P.ServerMessage]:
 
 
 def test_a_sync_is_answered_after_every_message_before_it(server):
-    """Words past --max-waiting-words, sent at once: some are refused (busy), then a sync, taken
+    """Words past `max_waiting_words`, sent at once: some are refused (busy), then a sync, taken
     during the refusal. Its answer comes after every busy, and says where the stream stands."""
     config = {"type": "config", "lookahead": 2, "max_delay_ms": None}
     sent = [{"type": "words", "words": ["so"]}] + [{"type": "words", "words": VOCAB[:12]}] * 20

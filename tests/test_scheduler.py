@@ -51,7 +51,10 @@ def test_errors_stay_with_their_stream(tiny):
     assert [e.index for e in results[0] if e.final] == [0]
 
 
-def test_batcher_serves_concurrent_streams(tiny):
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_batcher_serves_concurrent_streams(tiny, lanes):
+    """On one lane or two (threads computing at once), every stream's labels are its labels alone,
+    its calls run in order, and the streams are spread evenly over the lanes."""
     texts = [varied_words(150, seed=40 + i) for i in range(8)]
 
     async def speaker(batcher, stream, words):
@@ -63,9 +66,11 @@ def test_batcher_serves_concurrent_streams(tiny):
         return [finals[i] for i in range(len(words))]
 
     async def main():
-        batcher = Batcher(max_batch=16)
+        batcher = Batcher(max_batch=16, lanes=lanes)
         streams = [tiny.stream(lookahead=2) for _ in texts]
         out = await asyncio.gather(*(speaker(batcher, s, t) for s, t in zip(streams, texts)))
+        spread = [sum(batcher.lane_of(s) is lane for s in streams) for lane in batcher.lanes]
+        assert spread == [len(texts) // lanes] * lanes
         # the same stream twice in a row, queued before the first runs: order is kept
         s = tiny.stream(lookahead=0)
         a, b = await asyncio.gather(batcher.push(s, ["one"]), batcher.push(s, ["two"]))

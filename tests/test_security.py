@@ -264,14 +264,16 @@ def test_a_bad_certificate_is_one_line_at_start(tmp_path):
     assert done.returncode == 2 and "error: cannot use" in done.stderr
 
 
-def test_a_beam_under_one_is_refused_at_start(capsys):
+def test_a_beam_under_one_is_refused_at_start(capsys, tmp_path):
     from streampunct.server.app import main
 
+    (tmp_path / "beam.toml").write_text("[recognizer]\nbeam_size = 0\n")
+    (tmp_path / "chunk.toml").write_text("[recognizer]\nmin_chunk_s = 0\n")
     with pytest.raises(SystemExit) as stopped:
-        main(["--asr-beam", "0"])
+        main(["--config", str(tmp_path / "beam.toml")])
     assert stopped.value.code == 2 and "beam_size must be 1 or more, not 0" in capsys.readouterr().err
     with pytest.raises(SystemExit) as stopped:
-        main(["--asr-min-chunk-s", "0"])
+        main(["--config", str(tmp_path / "chunk.toml")])
     assert stopped.value.code == 2 and "min_chunk_s must be over 0, not 0.0" in capsys.readouterr().err
 
 
@@ -279,12 +281,13 @@ def test_a_beam_under_one_is_refused_at_start(capsys):
 
 
 @pytest.fixture(scope="module")
-def limited():
-    proc, url = start_server(
-        *("--config-timeout-s", "0.5", "--words-timeout-s", "0.8", "--idle-timeout-s", "1.5"),
-        *("--max-session-s", "6"),
-        *("--words-per-s", "20", "--words-burst", "20", "--max-wait-s", "1"),
+def limited(tmp_path_factory):
+    config = tmp_path_factory.mktemp("limited") / "c.toml"
+    config.write_text(
+        "[limits]\nconfig_timeout_s = 0.5\nwords_timeout_s = 0.8\nidle_timeout_s = 1.5\nmax_session_s = 6\n"
+        "words_per_s = 20\nwords_burst = 20\nmax_wait_s = 1\n"
     )
+    proc, url = start_server("--config", str(config))
     yield url
     stop_server(proc)
 
@@ -357,7 +360,7 @@ def test_ticks_and_bad_messages_do_not_keep_a_stream_alive(limited, shipped):
 def test_one_client_cannot_hold_every_slot():
     """Bound beyond loopback, a client address may hold STREAMS_PER_CLIENT streams at once by
     default (HTTP 429 beyond); one that closes frees its slot."""
-    from streampunct.server.guard import STREAMS_PER_CLIENT
+    from streampunct.options import STREAMS_PER_CLIENT
 
     proc, url = start_server("--host", "0.0.0.0")
     url = url.replace("0.0.0.0", "127.0.0.1")
@@ -463,11 +466,12 @@ def test_version_true_is_not_version_1(guarded):
     assert asyncio.run(go())["code"] == "unsupported_version"
 
 
-def test_sigterm_while_behind_finishes_every_stream(shipped):
+def test_sigterm_while_behind_finishes_every_stream(shipped, tmp_path):
     """Six streams send 40 words each in messages of 4, as fast as they can, then the server gets
     SIGTERM: it stops taking new streams, takes what each client had sent, and every word gets its
     final decision and every client its end."""
-    proc, url = start_server("--words-per-s", "off")
+    (tmp_path / "c.toml").write_text('[limits]\nwords_per_s = "off"\n')
+    proc, url = start_server("--config", str(tmp_path / "c.toml"))
     texts = [(WORDS * 3)[i : i + 40] for i in range(6)]
     try:
 

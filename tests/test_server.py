@@ -56,6 +56,7 @@ def test_health_and_not_found(server):
         health = json.loads(r.read())
     idle = {"load": 0.0, "capacity": None}
     recognition = {**idle, "compute_ratio": None, "guarded": {}}
+    assert health.pop("lanes") >= 1  # punctuation workers: one a core
     assert health == {
         "status": "ok", "streams": 0, "protocol": 1, "punctuation": idle, "recognition": recognition
     }  # fmt: skip
@@ -323,10 +324,11 @@ def test_words_client(server, tmp_path):
 
 
 def test_words_client_sends_no_faster_than_the_server_computes(tmp_path):
-    """A file of many more words than a stream may have waiting (--max-waiting-words 60), sent as
+    """A file of many more words than a stream may have waiting (``max_waiting_words = 60``), sent as
     fast as the client can: without flow control its later messages were refused ``busy`` and
     their words lost; the client keeps half the bound in flight, so every word is printed."""
-    proc, url = start_server("--max-waiting-words", "60", "--words-per-s", "off")
+    (tmp_path / "c.toml").write_text('[limits]\nmax_waiting_words = 60\nwords_per_s = "off"\n')
+    proc, url = start_server("--config", str(tmp_path / "c.toml"))
     try:
         words = (WORDS * 20)[:400]
         lines = [json.dumps({"words": words[i : i + 25]}) for i in range(0, len(words), 25)]
@@ -446,20 +448,26 @@ NEIGHBOUR_WORDS = 50
 
 @pytest.fixture(scope="module")
 def overload():
-    """The scenario, run once against a server with the default limits; what each client saw."""
+    """The scenario, run once against a server with the default limits; what each client saw. A
+    hog a batching lane (the server has one a core: /health says how many), so that every lane
+    is busy and the neighbour shares its lane with a hog."""
     proc, url = start_server()
     seen: dict = {}
+    health = url.replace("ws://", "http://") + "/health"
 
     async def go():
         keep = dict(ping_interval=1, ping_timeout=3)
         neighbour = await connect(url + "/v1/punct", **keep)
         await neighbour.send(json.dumps({"type": "config", "lookahead": 0, "max_delay_ms": None}))
         await neighbour.recv()
-        hog = await connect(url + "/v1/punct", **keep)
-        await hog.send(json.dumps({"type": "config", "lookahead": 64, "max_delay_ms": None}))
-        await hog.recv()
-        for n in (1000, 1000, 20):
-            await hog.send(json.dumps({"type": "words", "words": [LONG[i % 4] for i in range(n)]}))
+        lanes = json.loads(await asyncio.to_thread(lambda: urllib.request.urlopen(health).read()))["lanes"]
+        hog, *others = [await connect(url + "/v1/punct", **keep) for _ in range(lanes)]
+        for h in (hog, *others):
+            await h.send(json.dumps({"type": "config", "lookahead": 64, "max_delay_ms": None}))
+            await h.recv()
+            for n in (1000, 1000, 20):
+                await h.send(json.dumps({"type": "words", "words": [LONG[i % 4] for i in range(n)]}))
+            await asyncio.sleep(0.5)  # it has its lane, busy, before the next comes
         hog_replies: list = []
 
         async def hog_reads():
@@ -491,14 +499,14 @@ def overload():
             await connect(url + "/v1/punct")
         except InvalidStatus as e:
             seen["refused"] = (e.response.status_code, e.response.headers.get("Retry-After"), e.response.body)
-        health = url.replace("ws://", "http://") + "/health"
         seen["health"] = json.loads(await asyncio.to_thread(lambda: urllib.request.urlopen(health).read()))
         with contextlib.suppress(ConnectionClosed):
             await neighbour.send(json.dumps({"type": "end"}))
         await asyncio.wait_for(reading, 30)
         seen["neighbour"] = (replies, neighbour.close_code, {i: arrived[i] - sent[i] for i in arrived})
         seen["hog_open"] = hog.close_code is None
-        await hog.close()
+        for h in (hog, *others):
+            await h.close()
         hog_reading.cancel()
         seen["hog"] = hog_replies
         # a client arriving now, the server having computed all of the last 5 s: refused busy, it

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from benchmarks.common import start_server
-from benchmarks.server_load import punct_trial
+from benchmarks.lib.load_streams import punct_trial
 
 
 def test_a_trial_whose_streams_are_refused_is_tallied_with_every_field_a_row_prints():

@@ -3,7 +3,7 @@ here (no shared data): three /v1/punct streams of three simulated minutes each w
 habits (bursts, pauses with ticks, revisions of the tail, late revisions that must be refused), and
 espeak-ng reading that text through /v1/asr, with pauses and a sentence said five times in a row. No
 session may fail, every word gets exactly one final decision, and the recogniser's buffer stays
-under its limit. The hour-long run is `python benchmarks/soak.py` (docs/soak.md)."""
+under its limit. The hour-long run is `python -m benchmarks.soak` (docs/soak.md)."""
 
 from __future__ import annotations
 

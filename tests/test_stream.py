@@ -411,7 +411,10 @@ def test_window_engine_passes_match_batch(request, model):
         state, start = s._engine._pass(t, t + 3)
         assert start == max(0, t - p.model.cfg.context)
         torch.testing.assert_close(
-            state.logits(t - start), window_logits(p.model, ids, t, 2, engine="window"), atol=1e-5, rtol=0
+            torch.from_numpy(state.logits(t - start)),
+            window_logits(p.model, ids, t, 2, engine="window"),
+            atol=1e-5,
+            rtol=0,
         )
 
 

@@ -10,10 +10,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from streampunct import CheckpointError, Punctuator
-from streampunct.model import PunctModel
+from streampunct.model import ModelConfig, PunctModel
 from streampunct.pos import Tagger
 from streampunct.punctuator import DEFAULT_CHECKPOINT
 from streampunct.text import LABEL_ID
+from streampunct.training.teacher import MixedAttention, TwoStreamTeacher, load_model, punctuator
 from streampunct.training.train import TrainConfig, rdrop_loss, train
 
 from .conftest import hf_encoder
@@ -204,10 +205,12 @@ def test_window_engine_batches(corpus):
 )
 def test_train_makes_the_two_stream_teacher(corpus, tmp_path, parts):
     """FFA's teacher grows from the plain checkpoint it continues (its encoder in both streams), is
-    trained with R-Drop's two passes where asked, and its checkpoint comes back as it was made."""
+    trained with R-Drop's two passes where asked, and its checkpoint comes back as it was made: it
+    labels text and teaches a student through the training tools; the product refuses it."""
     best = train(config(corpus, tmp_path, **parts))
-    model = PunctModel.load(best)
+    model = load_model(best)
     plain = PunctModel.load(DEFAULT_CHECKPOINT)
+    assert isinstance(model, TwoStreamTeacher)
     cfg = model.cfg
     assert (cfg.interaction, cfg.masked_stream) == (
         parts.get("interaction", False),
@@ -216,10 +219,28 @@ def test_train_makes_the_two_stream_teacher(corpus, tmp_path, parts):
     assert (model.masked is not None) == cfg.masked_stream and (model.fusion is not None) == (
         cfg.masked_stream and cfg.stream_fusion
     )
-    assert (model.layers[0].attn.mix is not None) == cfg.interaction and model.pause_fusion is None
+    assert isinstance(model.layers[0].attn, MixedAttention) == cfg.interaction and model.pause_fusion is None
     assert model.n_params() > (1.9 if cfg.masked_stream else 1.0) * (plain.n_params() - 1000)
-    labels = Punctuator.load(best, device="cpu").predict(["so", "what", "did", "you", "do"], lookahead=2)
+    labels = punctuator(best, device="cpu").predict(["so", "what", "did", "you", "do"], lookahead=2)
     assert len(labels) == 5 and set(labels) <= {"O", "COMMA", "PERIOD", "QUESTION"}
+    with pytest.raises(CheckpointError, match="two-stream teacher, a training tool"):
+        Punctuator.load(best, device="cpu")  # the product loads what ships
+    if cfg.interaction:  # a student learns from it
+        student = train(config(corpus, tmp_path / "student", teacher=str(best)))
+        assert (student / "model.safetensors").is_file()
+
+
+def test_configs_with_the_teachers_keys_off_load_as_before(tmp_path):
+    """config.json files written before the teacher moved out of the model carry its keys, off: the
+    product's model reads them as it did."""
+    model = PunctModel(ModelConfig(n_layer=2, n_head=2, n_embd=32, n_inner=64, dropout=0.0)).eval()
+    model.save(tmp_path)
+    raw = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(
+        json.dumps({**raw, "interaction": False, "masked_stream": False, "stream_fusion": True})
+    )
+    again = PunctModel.load(tmp_path)
+    assert type(again) is PunctModel and again.cfg == model.cfg and type(load_model(tmp_path)) is PunctModel
 
 
 def test_rdrop_loss_is_the_distance_between_two_passes():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import json
 import os
 import sys
@@ -178,6 +179,16 @@ async def messages(ws: ClientConnection) -> AsyncIterator[P.ServerMessage]:
     raise session_lost(ws, closing)
 
 
+# Who speaks in the client's warnings: "server: " when it is one at --url; nothing when the server
+# is embedded in this process (the user started no server).
+_SERVER: contextvars.ContextVar[str] = contextvars.ContextVar("server", default="server: ")
+
+
+def server_says(text: str, out: Any = None, prefix: str = "") -> None:
+    """A line on stderr (or ``out``) of what the server said: a warning, an error."""
+    print(prefix + _SERVER.get() + text, file=out or sys.stderr, flush=True)
+
+
 class Recognition:
     """What a client says on stderr about the server's recognition of its audio: each skip
     (``lag``), and a warning once the stream's compute ratio passes WARN_COMPUTE_RATIO (again only
@@ -188,7 +199,7 @@ class Recognition:
         self.warned = False
 
     def say(self, text: str) -> None:
-        print(self.prefix + "server: " + text, file=self.out or sys.stderr, flush=True)
+        server_says(text, self.out, self.prefix)
 
     def see(self, msg: P.ServerMessage) -> None:
         if isinstance(msg, P.Lag):
@@ -260,6 +271,7 @@ async def _with_server(main: Callable[[argparse.Namespace], Any], args: argparse
             "install them with: pip install 'streampunct[model,asr]'"
         ) from e
     print("streampunct: loading the models in this process (--url to use a server) ...", file=sys.stderr)
+    _SERVER.set("")
     async with embedded(args.model, args.asr_model, args.device, args.int8) as (args.url, args.token):
         return await main(args)
 

@@ -37,6 +37,7 @@ from streampunct.clients.common import (
     open_stream,
     run_client,
     send_then_finish,
+    server_says,
     stream_config,
     write_subtitles,
 )
@@ -108,7 +109,7 @@ async def stream_file(
                     if on_caption:
                         on_caption(c, late)
                 case P.Error(code, message):
-                    print(f"server: {code}: {message}", file=sys.stderr, flush=True)
+                    server_says(f"{code}: {message}")
                 case P.Finished():
                     result.end = msg
 

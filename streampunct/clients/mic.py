@@ -31,6 +31,7 @@ from streampunct.clients.common import (
     messages,
     open_stream,
     run_client,
+    server_says,
     stream_config,
     write_subtitles,
 )
@@ -119,7 +120,7 @@ async def main(args: argparse.Namespace) -> int:
                     captions.append(caption)
                     screen.caption(caption)
                 case P.Error(code, message):
-                    print(f"\nserver: {code}: {message}", file=sys.stderr)
+                    server_says(f"{code}: {message}", prefix="\n")
 
     receiver = asyncio.create_task(receive())
     try:

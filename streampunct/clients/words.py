@@ -40,6 +40,7 @@ from streampunct.clients.common import (
     open_stream,
     run_client,
     send_then_finish,
+    server_says,
     stream_config,
 )
 from streampunct.types import PunctEvent, Word
@@ -222,7 +223,7 @@ async def receive(ws: Any, out: Any, resend: Resend | None = None) -> None:
             elif isinstance(msg, P.Synced) and resend is not None:
                 resend.synced(msg)
             elif isinstance(msg, P.Error) and not (resend is not None and resend.refused(msg)):
-                print(f"server: {msg.code}: {msg.message}", file=sys.stderr, flush=True)
+                server_says(f"{msg.code}: {msg.message}")
     finally:  # the end, or a lost session: the final words of the last sentence are printed too
         for c in captioner.flush():
             print(c.text, file=out, flush=True)

@@ -31,6 +31,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from http import HTTPStatus
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -41,17 +42,25 @@ from websockets.http11 import Request, Response
 
 from streampunct import Punctuator, StreamPunctError
 from streampunct import protocol as P
-from streampunct.flags import add_config_flags, add_int8_flag, config_from_flags, number_or_off
-from streampunct.options import FrontEndOptions, RecognizerOptions
-from streampunct.scheduler import LOAD_WINDOW_S, Batcher, Load
+from streampunct.flags import add_config_flags, add_int8_flag, flags_given
+from streampunct.options import (
+    STREAMS_PER_CLIENT,
+    TABLES,
+    FrontEndOptions,
+    Limits,
+    RecognizerOptions,
+    options_from_config,
+    read_config,
+)
+from streampunct.scheduler import LOAD_WINDOW_S, Batcher, Load, lanes_for
 from streampunct.server.allocator import cap_arenas, keep_trimmed
-from streampunct.server.guard import LOOPBACK_HOSTS, STREAMS_PER_CLIENT, Access, Limits, is_loopback
+from streampunct.server.guard import LOOPBACK_HOSTS, Access, is_loopback
 from streampunct.server.metrics import CONTENT_TYPE_LATEST, Metrics
 from streampunct.server.sessions import AsrSession, PunctSession, Session, log, log_event
 from streampunct.server.web import json_response, page_response
 
-# the recogniser's flags: --asr-NAME for each RecognizerOptions field; these three spelt as before
-ASR_ALIASES = {"min_chunk_s": "--asr-chunk-s", "max_buffer_s": "--asr-buffer-s", "beam_size": "--asr-beam"}
+# The limits an operator sets as flags (each also in --config's [limits], the flag over the file).
+OPERATOR_LIMITS = ("max_streams", "max_streams_per_client", "max_load", "shutdown_grace_s")
 
 
 class JsonFormatter(logging.Formatter):
@@ -82,6 +91,7 @@ class App:
         asr_device: str = "auto",
         recognizer_options: RecognizerOptions | None = None,
         front_end: FrontEndOptions | None = None,
+        record: Path | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.punctuator = punctuator
@@ -92,8 +102,9 @@ class App:
         self.asr_device = asr_device
         self.recognizer_options = recognizer_options or RecognizerOptions()
         self.front_end = front_end or FrontEndOptions()
+        self.record = record  # a folder: each /v1/asr stream's calls recorded there (pipeline.Recorder)
         self.clock = clock  # the audio's arrival and the passes' start, for the recogniser's lag
-        self.batcher = batcher or Batcher()
+        self.batcher = batcher or Batcher(lanes=lanes_for(punctuator.device.type) if punctuator else 1)
         self.asr_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr")
         self.asr_load = Load()  # the recognition worker's, in audio seconds
         self._whisper: Any = None
@@ -142,6 +153,7 @@ class App:
         """``ok``, ``stopping``, or ``failing`` (HTTP 503): after a batch of streams failed as a
         whole (e.g. out of memory), a probe stream must get through the batcher again."""
         body: dict[str, Any] = {"status": "ok", "streams": self.active, "protocol": P.VERSION}
+        body["lanes"] = len(self.batcher.lanes)  # punctuation workers, each computing its streams
         # how busy each worker is and what it gets done (what a load balancer weighs; new streams
         # are refused past --max-load): the share of the last 5 s it computed, and units a second
         # of computing (None until it has computed)
@@ -387,8 +399,11 @@ async def embedded(
         await server
 
 
-def add_guard_flags(ap: argparse.ArgumentParser) -> argparse._ArgumentGroup:
-    """The access and limits flags of every server (``serve``, ``serve-ray``); the access group."""
+def add_guard_flags(
+    ap: argparse.ArgumentParser, limits: tuple[str, ...] = OPERATOR_LIMITS
+) -> argparse._ArgumentGroup:
+    """The access flags of every server (``serve``, ``serve-ray``), and a flag for each of the
+    ``limits`` (fields of :class:`~streampunct.options.Limits`); the access group."""
     security = ap.add_argument_group("access (docs/protocol.md, Security)")
     security.add_argument(
         "--token",
@@ -412,26 +427,53 @@ def add_guard_flags(ap: argparse.ArgumentParser) -> argparse._ArgumentGroup:
         help="a name clients reach this server by (its Host header), besides the --host address and "
         f"{', '.join(LOOPBACK_HOSTS)}; repeatable; any other is refused (DNS rebinding)",
     )
-    per_client = {"type": number_or_off, "default": argparse.SUPPRESS}  # absent: by --host
-    limits = ap.add_argument_group("limits (docs/protocol.md, Security)")
-    add_config_flags(limits, Limits, max_streams_per_client=per_client)
+    group = ap.add_argument_group("limits (docs/protocol.md, Security; every other one: --config)")
+    counts = {"metavar": "N"}
+    add_config_flags(
+        group, Limits, only=limits, defaults=False, max_streams=counts, max_streams_per_client=counts
+    )
     return security
 
 
-def guard_from_flags(args: argparse.Namespace) -> tuple[Access, Limits]:
-    """The access and the limits that :func:`add_guard_flags`' flags say, for a server on ``args.host``."""
-    access = Access(
+def add_config_flag(ap: argparse.ArgumentParser, tables: tuple[str, ...]) -> None:
+    """``--config FILE``: the settings of ``tables`` (names in :data:`streampunct.options.TABLES`)."""
+    ap.add_argument(
+        "--config",
+        metavar="FILE",
+        help=f"a TOML file of settings: {', '.join(f'[{t}]' for t in tables)}, each key a field of its "
+        "options class (docs/usage.md); a flag wins over it",
+    )
+
+
+def options_from_args(
+    ap: argparse.ArgumentParser, args: argparse.Namespace, tables: tuple[str, ...]
+) -> dict[str, Any]:
+    """The options of ``tables`` that ``--config`` and the flags set (a flag over the file), for a
+    server on ``args.host``; a bad setting ends the command: one line, exit status 2."""
+    given = {"limits": flags_given(args, Limits)}
+    try:
+        config = read_config(args.config)
+        options = options_from_config(config, tables, args.config or "flags", **given)
+    except StreamPunctError as e:
+        ap.exit(2, f"{ap.prog}: error: {e}\n")
+    per_client = "max_streams_per_client" in {**config.get("limits", {}), **given["limits"]}
+    if not per_client and not is_loopback(args.host):
+        options["limits"] = dataclasses.replace(options["limits"], max_streams_per_client=STREAMS_PER_CLIENT)
+    return options
+
+
+def access_from_flags(args: argparse.Namespace) -> Access:
+    """The access that :func:`add_guard_flags`' flags say, for a server on ``args.host``."""
+    return Access(
         args.token or None, tuple(args.allow_origin), (*LOOPBACK_HOSTS, args.host, *args.allow_host)
     )
-    limits = config_from_flags(args, Limits)
-    if "max_streams_per_client" not in args and not is_loopback(args.host):
-        limits = dataclasses.replace(limits, max_streams_per_client=STREAMS_PER_CLIENT)
-    return access, limits
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        prog="streampunct serve", description="Run the streampunct websocket server."
+        prog="streampunct serve",
+        description="Run the streampunct websocket server. Its flags are an operator's; every other "
+        "setting is a --config file's (docs/usage.md).",
     )
     ap.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
@@ -446,13 +488,17 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="load the speech model at start, not at the first /v1/asr stream",
     )
-    add_config_flags(ap.add_argument_group("caption pipeline (/v1/asr)"), FrontEndOptions, switches=True)
-    recogniser = ap.add_argument_group("speech recogniser (/v1/asr; docs/latency.md measures them)")
-    add_config_flags(recogniser, RecognizerOptions, prefix="asr-", switches=True, aliases=ASR_ALIASES)
+    ap.add_argument("--log-level", default="info", help="debug, info (the default), warning or error")
+    ap.add_argument(
+        "--record",
+        metavar="DIR",
+        type=Path,
+        help="write each /v1/asr stream's punctuation calls to DIR/SESSION.jsonl (pipeline.replay reads them)",
+    )
+    add_config_flag(ap, tuple(TABLES))
     security = add_guard_flags(ap)
     security.add_argument("--certfile", help="TLS certificate chain (PEM): serve wss:// and https://")
     security.add_argument("--keyfile", help="TLS private key (PEM), with --certfile")
-    ap.add_argument("--log-level", default="info")
     return ap
 
 
@@ -461,10 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if bool(args.certfile) != bool(args.keyfile):
         ap.error("--certfile and --keyfile go together")
-    try:
-        recognizer_options = config_from_flags(args, RecognizerOptions, prefix="asr-")
-    except StreamPunctError as e:
-        ap.error(str(e))
+    options = options_from_args(ap, args, tuple(TABLES))
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
@@ -478,17 +521,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.certfile:
             tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             tls.load_cert_chain(args.certfile, args.keyfile)
-        access, limits = guard_from_flags(args)
         app = App(
             punctuator,
-            access=access,
-            limits=limits,
+            access=access_from_flags(args),
+            limits=options["limits"],
             secure=tls is not None,
             asr_model=args.asr_model,
             asr_device=args.device,
-            recognizer_options=recognizer_options,
-            front_end=config_from_flags(args, FrontEndOptions),
+            recognizer_options=options["recognizer"],
+            front_end=options["front_end"],
+            record=args.record,
         )
+        if args.record:
+            args.record.mkdir(parents=True, exist_ok=True)
 
         async def start() -> None:
             if args.preload_asr:

@@ -8,10 +8,12 @@
 
 Two Ray Serve applications:
 
-- ``encoder`` (:class:`Encoder`, one replica): the model, the state of every stream and one
-  :class:`~streampunct.scheduler.Batcher`, so that the words of the streams on every session replica
-  are computed together, in one pass a batch, exactly as in ``streampunct serve`` (the same slices,
-  and a stream's labels never depend on its batch-mates);
+- ``encoder-0`` ... (:class:`Encoder`, ``--encoder-replicas`` of them, each an application of its
+  own with one replica and one CPU or GPU): the model, the state of its streams and one
+  :class:`~streampunct.scheduler.Batcher`, so that the words of its streams from every session
+  replica are computed together, in one pass a batch, exactly as in ``streampunct serve`` (the same
+  slices, and a stream's labels never depend on its batch-mates). A new stream goes to the encoder
+  least busy, and its calls to that one to its end;
 - ``sessions`` (:class:`Sessions`, ``--session-replicas`` of them): streampunct's own sessions
   (:class:`~streampunct.server.app.App`: the protocol, its limits, pacing, ``busy``, the order of the
   replies) at ``/v1/punct`` behind Ray's HTTP proxy, each reading its websocket through
@@ -22,14 +24,13 @@ replica with few open ones, and Ray Serve's autoscaling on ``target_ongoing_requ
 here) would scale the session replicas on open streams. A session replica that stops (a new
 version of the sessions, a scale-down) takes no new streams and serves its open ones to their end,
 for ``--drain-s`` at most. With ``--device cuda`` the encoder replica asks Ray for a GPU.
-The encoder is an application of its own, so that redeploying the sessions leaves every stream's
-state where it is. One encoder replica: a stream's state is in one process (more would need the
-streams routed to replicas by id). Only ``/v1/punct``: a recogniser per stream belongs beside the
+The encoders are applications of their own, so that redeploying the sessions leaves every
+stream's state where it is. Only ``/v1/punct``: a recogniser per stream belongs beside the
 session that reads its audio, which ``streampunct serve`` replicas do (deploy/haproxy.cfg).
 
 The guard is ``serve``'s (:meth:`~streampunct.server.app.App.admit`, the same flags): the token,
-the Host and Origin allow-lists, the stream limits, and admission by the encoder's real load (the
-share of the last 5 s its batcher computed): past ``--max-load`` a new stream gets HTTP 503 ``busy``
+the Host and Origin allow-lists, the stream limits, and admission by the real load of the least
+busy encoder (the share of the last 5 s its batcher computed): past ``--max-load`` a new stream gets HTTP 503 ``busy``
 with Retry-After, before its websocket opens. Ray's own ports: deploy/README.md.
 """
 
@@ -41,7 +42,7 @@ import contextlib
 import contextvars
 import signal
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -53,13 +54,14 @@ from websockets.http11 import Request, Response
 
 from ..errors import InputError, StreamPunctError
 from ..flags import add_int8_flag
+from ..options import Limits
 from ..punctuator import Punctuator
 from ..scheduler import Batcher, Load
 from ..stream import Call, Finish, Push, Revise, Tick
 from ..types import PunctEvent, Word
 from .allocator import cap_arenas, keep_trimmed
-from .app import App, add_guard_flags, guard_from_flags
-from .guard import Access, Limits
+from .app import App, access_from_flags, add_config_flag, add_guard_flags, options_from_args
+from .guard import Access
 
 try:
     from fastapi import FastAPI, WebSocket
@@ -136,21 +138,23 @@ class EncoderReplica:
     def open_streams(self) -> int:
         return len(self.streams)
 
-    def load(self) -> tuple[float, float | None]:
-        """The batcher's load and capacity (:class:`~streampunct.scheduler.Load`), for admission."""
-        return self.batcher.load.busy(), self.batcher.load.capacity()
+    def load(self) -> tuple[float, float | None, int]:
+        """The batcher's load and capacity (:class:`~streampunct.scheduler.Load`), for admission,
+        and the streams open here, for the choice of an encoder."""
+        return self.batcher.load.busy(), self.batcher.load.capacity(), len(self.streams)
 
 
 class RemoteStream:
-    """A session's view of its stream in the encoder: what the session reads of it."""
+    """A session's view of its stream in an encoder: what the session reads of it, and which encoder."""
 
-    def __init__(self, stream_id: str, engine: str):
-        self.id, self.engine = stream_id, engine
+    def __init__(self, encoder: Any, stream_id: str, engine: str):
+        self.encoder, self.id, self.engine = encoder, stream_id, engine
         self.n_words = self.n_final = 0
 
 
 class RemoteLoad(Load):
-    """The encoder's load as a session replica last read it (:meth:`RemoteBatcher.refresh`)."""
+    """The load of the encoder a new stream would go to (the least busy), as a session replica last
+    read the encoders' (:meth:`RemoteBatcher.refresh`)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -164,23 +168,43 @@ class RemoteLoad(Load):
 
 
 class RemoteBatcher(Batcher):
-    """A session replica's batcher: it computes nothing; each call goes to the encoder replica,
-    whose batcher runs it with the calls of every session replica's streams."""
+    """A session replica's batcher: it computes nothing; each call goes to its stream's encoder
+    replica, whose batcher runs it with the calls of every session replica's streams there. A new
+    stream goes to the encoder least busy when it opens, and stays there."""
 
-    def __init__(self, encoder: Any):
+    def __init__(self, encoders: Sequence[Any]):
         super().__init__()
-        self.encoder = encoder
+        self.encoders = list(encoders)
+        self.loads: list[tuple[float, float | None, int]] = [(0.0, None, 0)] * len(self.encoders)
+        self.opening = [0] * len(self.encoders)  # streams this replica is opening there now
         self.load = self.encoder_load = RemoteLoad()
 
     async def refresh(self) -> None:
-        """Read the encoder's load (before admitting a stream)."""
-        self.encoder_load.last = await self.encoder.load.remote()
+        """Read the encoders' loads (before admitting a stream)."""
+        self.loads = list(await asyncio.gather(*(e.load.remote() for e in self.encoders)))
+        busy, capacity, _ = self.loads[self.least_busy()]
+        self.encoder_load.last = (busy, capacity)
+
+    def least_busy(self) -> int:
+        """The encoder a new stream goes to: the least busy (to a tenth), then the fewest streams."""
+        return min(
+            range(len(self.encoders)),
+            key=lambda i: (round(self.loads[i][0], 1), self.loads[i][2] + self.opening[i]),
+        )
 
     async def open(self, lookahead: int, max_delay_ms: float | None, engine: str) -> RemoteStream:
-        return RemoteStream(*await self.encoder.open.remote(lookahead, max_delay_ms, engine))
+        i = self.least_busy()
+        self.opening[i] += 1
+        try:
+            opened = await self.encoders[i].open.remote(lookahead, max_delay_ms, engine)
+        finally:
+            self.opening[i] -= 1
+        busy, capacity, streams = self.loads[i]
+        self.loads[i] = (busy, capacity, streams + 1)
+        return RemoteStream(self.encoders[i], *opened)
 
     async def run(self, stream: Any, call: Call) -> list[PunctEvent]:
-        reply: Reply = await self.encoder.run.remote(stream.id, call)
+        reply: Reply = await stream.encoder.run.remote(stream.id, call)
         stream.n_words, stream.n_final = reply.n_words, reply.n_final
         if reply.error is not None:
             raise reply.error
@@ -208,10 +232,10 @@ class RemoteBatcher(Batcher):
 
 
 class ClusterApp(App):
-    """The server's sessions, with their streams in the encoder replica."""
+    """The server's sessions, with their streams in the encoder replicas."""
 
-    def __init__(self, encoder: Any, access: Access | None = None, limits: Limits | None = None):
-        self.remote = RemoteBatcher(encoder)
+    def __init__(self, encoders: Sequence[Any], access: Access | None = None, limits: Limits | None = None):
+        self.remote = RemoteBatcher(encoders)
         super().__init__(None, batcher=self.remote, access=access, limits=limits)
 
     async def admit(self, request: Request, port: int, peer: str | None) -> Response | None:
@@ -227,7 +251,7 @@ class ClusterApp(App):
             await super().handler(connection)
         finally:
             for stream in _opened.get():
-                await self.remote.encoder.close.remote(stream.id)
+                await stream.encoder.close.remote(stream.id)
             _opened.reset(opened)
 
     async def open_stream(self, lookahead: int, max_delay_ms: float | None, engine: str) -> RemoteStream:
@@ -311,14 +335,17 @@ api = FastAPI()
 class SessionReplica:
     """streampunct's sessions at ``/v1/punct``, their streams in the encoder application."""
 
-    def __init__(self, access: Access | None = None, limits: Limits | None = None):
-        self.access, self.limits = access, limits
+    def __init__(self, access: Access | None = None, limits: Limits | None = None, encoders: int = 1):
+        self.access, self.limits, self.encoders = access, limits, encoders
         self._server: ClusterApp | None = None  # (``app`` is Ray's: the FastAPI ingress)
 
     def server(self) -> ClusterApp:
         if self._server is None:  # made in the event loop that serves the requests
-            encoder = serve.get_deployment_handle(Encoder.name, app_name=ENCODER_APP)
-            self._server = ClusterApp(encoder, self.access, self.limits)
+            handles = [
+                serve.get_deployment_handle(Encoder.name, app_name=encoder_app(i))
+                for i in range(self.encoders)
+            ]
+            self._server = ClusterApp(handles, self.access, self.limits)
         return self._server
 
     @api.websocket("/v1/punct")
@@ -358,8 +385,14 @@ Sessions = serve.deployment(
 )(serve.ingress(api)(SessionReplica))
 
 
+def encoder_app(i: int) -> str:
+    """The name of encoder replica ``i``'s application."""
+    return f"{ENCODER_APP}-{i}"
+
+
 def deploy(
     session_replicas: int = 2,
+    encoder_replicas: int = 1,
     model: str | None = None,
     device: str = "auto",
     int8: bool = False,
@@ -368,38 +401,58 @@ def deploy(
     access: Access | None = None,
     encoder: bool = True,
 ) -> None:
-    """The two applications on the running Ray Serve (``encoder=False``: the sessions alone, a new
-    version of them beside the encoder already there)."""
+    """The applications on the running Ray Serve: ``encoder_replicas`` encoders, each an application
+    of its own (a stream's state is in one of them, and its calls must reach that one), and the
+    sessions (``encoder=False``: the sessions alone, a new version of them beside the encoders
+    already there)."""
     if encoder:  # a GPU of its own on --device cuda (Ray hides the GPUs an actor did not ask for)
         gpus = 1 if device.startswith("cuda") else 0
-        encoder_app = Encoder.options(ray_actor_options={"num_cpus": 1, "num_gpus": gpus})
-        serve.run(encoder_app.bind(model, device, int8), name=ENCODER_APP, route_prefix=None)
+        encoder_deployment = Encoder.options(ray_actor_options={"num_cpus": 1, "num_gpus": gpus})
+        for i in range(encoder_replicas):
+            serve.run(encoder_deployment.bind(model, device, int8), name=encoder_app(i), route_prefix=None)
     sessions = Sessions.options(num_replicas=session_replicas, graceful_shutdown_timeout_s=drain_s)
-    serve.run(sessions.bind(access, limits), name=SESSIONS_APP, route_prefix="/")
+    serve.run(sessions.bind(access, limits, encoder_replicas), name=SESSIONS_APP, route_prefix="/")
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="streampunct serve-ray",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--host", default="127.0.0.1", help="where Ray's HTTP proxy listens")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument(
         "--address", default=None, help="an existing Ray cluster (auto, or ray://...); default: a local Ray"
     )
     ap.add_argument("--session-replicas", type=int, default=2)
+    ap.add_argument(
+        "--encoder-replicas", type=int, default=1, help="encoders, each with its streams and a CPU (or a GPU)"
+    )
     ap.add_argument("--model", default=None, help="default, base, or a checkpoint folder")
     ap.add_argument("--device", default="auto")
     add_int8_flag(ap)
     ap.add_argument(
         "--drain-s", type=float, default=DRAIN_S, help="seconds a stopping session replica serves its streams"
     )
-    add_guard_flags(ap)  # serve's: --max-streams is a session replica's
+    add_config_flag(ap, ("limits",))
+    add_guard_flags(ap, ("max_streams", "max_streams_per_client", "max_load"))  # a session replica's
     args = ap.parse_args(argv)
-    access, limits = guard_from_flags(args)
+    access, limits = access_from_flags(args), options_from_args(ap, args, ("limits",))["limits"]
     import ray
 
     ray.init(address=args.address, include_dashboard=False)
     serve.start(http_options={"host": args.host, "port": args.port})
-    deploy(args.session_replicas, args.model, args.device, args.int8, limits, args.drain_s, access)
+    deploy(
+        args.session_replicas,
+        args.encoder_replicas,
+        args.model,
+        args.device,
+        args.int8,
+        limits,
+        args.drain_s,
+        access,
+    )
     print(f"streampunct on Ray Serve, serving on ws://{args.host}:{args.port}", flush=True)
     stop = asyncio.Event()
 

@@ -6,7 +6,8 @@
   browser, which cannot set headers) and an ``Origin`` allow-list (by default only the server's own
   page: a web page elsewhere cannot open streams on a server it can reach, the cross-site WebSocket
   hijacking that a token-less loopback server invites).
-- :class:`Limits` holds every limit of a connection, each configurable with a flag of ``serve``.
+- :class:`~streampunct.options.Limits` (in streampunct/options.py, with every other default) holds
+  every limit of a connection: the operator's as flags of ``serve``, each in ``--config``'s [limits].
 - :class:`Pace` slows a connection that sends faster than its limit, and says when it is too far
   ahead to be slowed (the server then finishes its stream with ``rate_limited``).
 
@@ -21,7 +22,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import ClassVar
 from urllib.parse import parse_qs, urlparse, urlsplit
 
 from websockets.http11 import Request
@@ -37,7 +37,6 @@ class Refusal:
 
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")  # names every server answers to, with the bound address
-STREAMS_PER_CLIENT = 8  # Limits.max_streams_per_client bound beyond loopback, unless given
 
 
 def host_name(value: str) -> str | None:
@@ -124,51 +123,6 @@ class Access:
         except ValueError:
             return False
         return page.scheme == scheme and own_port == port and self._answers(page.netloc)
-
-
-@dataclass(frozen=True)
-class Limits:
-    """A connection's limits (None: no limit). Rates are sustained rates with a burst allowance:
-    a client ahead of its rate is slowed; one more than ``max_wait_s`` ahead is refused."""
-
-    max_streams: int = 64
-    max_streams_per_client: int | None = None  # STREAMS_PER_CLIENT bound beyond loopback
-    config_timeout_s: float | None = 10.0
-    words_timeout_s: float | None = 60.0
-    idle_timeout_s: float | None = 600.0
-    max_session_s: float | None = 12 * 3600.0
-    words_per_s: float | None = 200.0
-    words_burst: float = 2000.0
-    audio_speed: float | None = 10.0
-    audio_burst_s: float = 60.0
-    max_wait_s: float = 5.0
-    max_waiting_words: int = 2000
-    max_load: float | None = 0.9
-    shutdown_grace_s: float = 10.0
-
-    HELP: ClassVar[dict[str, str]] = {  # what each is, and the help of its `serve` flag
-        "max_streams": "streams open at once, all clients together (HTTP 503 beyond)",
-        "max_streams_per_client": "streams open at once from one client address (HTTP 429 beyond; default: "
-        f"off bound to loopback, {STREAMS_PER_CLIENT} beyond it); a number or off",
-        "config_timeout_s": "seconds from connecting to the config message",
-        "words_timeout_s": "seconds from the config to the first words (/v1/asr: audio) before the stream "
-        "is finished",
-        "idle_timeout_s": "seconds without words (/v1/asr: audio) before the stream is finished: ticks and "
-        "messages refused do not count",
-        "max_session_s": "seconds a stream may last, from its config",
-        "words_per_s": "words a second per /v1/punct stream, sustained (speech: about 3); a client ahead "
-        "is slowed",
-        "words_burst": "words a /v1/punct stream may send at once beyond its rate",
-        "audio_speed": "audio seconds a second per /v1/asr stream (1: real time), sustained",
-        "audio_burst_s": "audio seconds a /v1/asr stream may send at once beyond its rate",
-        "max_wait_s": "seconds a client may be slowed for one message; further ahead it is refused",
-        "max_waiting_words": "words a /v1/punct stream may have waiting for compute; a message that would "
-        "pass it is not taken (`busy`), and the stream goes on",
-        "max_load": "share of the last 5 s the punctuation (or, for /v1/asr, the recognition) worker "
-        "computed, past which new streams are refused (HTTP 503 `busy`, Retry-After)",
-        "shutdown_grace_s": "on SIGTERM, seconds the open streams take what their clients send before "
-        "they are finished; as long again to finish them",
-    }
 
 
 class Pace:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import dataclasses
 import logging
 import math
 import time
@@ -20,7 +19,7 @@ from websockets.exceptions import ConnectionClosed
 
 from streampunct import StreamPunctError
 from streampunct import protocol as P
-from streampunct.pipeline import CaptionPipeline, Heard
+from streampunct.pipeline import CaptionPipeline, Heard, Recorder
 from streampunct.server.guard import Pace
 from streampunct.speech import Hypothesis, StreamingRecognizer
 from streampunct.stream import Call, Push, Tick
@@ -425,11 +424,15 @@ class AsrSession(Session):
         self.settled = asyncio.Event()  # the outbox is empty and nothing is being punctuated
         self.settled.set()
         self.punctuation: asyncio.Task[None] | None = None
+        self.recorder: Recorder | None = None
 
     async def configure(self, cfg: P.Config) -> None:
         recognizer = StreamingRecognizer(await self.app.whisper(), self.app.recognizer_options)
         self.pipeline = CaptionPipeline(recognizer, self.app.front_end)
         self.stream = await self.app.open_stream(cfg.lookahead, cfg.max_delay_ms, cfg.engine)
+        if self.app.record is not None:
+            path = self.app.record / f"{self.id}.jsonl"
+            self.recorder = Recorder(path, cfg.lookahead, cfg.max_delay_ms, self.stream.engine)
         limits = self.app.limits
         self.rate = Pace(limits.audio_speed, limits.audio_burst_s)
         self.cfg = cfg
@@ -442,6 +445,8 @@ class AsrSession(Session):
             await super().run()
         finally:
             await self.stop_recognition()
+            if self.recorder is not None:
+                self.recorder.close()
 
     async def on_message(self, message: str | bytes) -> bool:
         if isinstance(message, bytes):
@@ -618,25 +623,13 @@ class AsrSession(Session):
         """The pipeline's calls through the batcher, each one's events sent (with the recognised
         words after their push's) and handed back to the pipeline for captions."""
         for call in calls:
-            if isinstance(call, Push) and log.isEnabledFor(
-                logging.DEBUG
-            ):  # benchmarks/latency_f1.py reads it
-                log_event(
-                    logging.DEBUG, "asr_push", session=self.id, t=round(time.monotonic(), 4),
-                    first=self.stream.n_words, words=len(call.words), now=call.now,
-                    tentative=[dataclasses.asdict(w) for w in call.tentative if isinstance(w, Word)],
-                )  # fmt: skip
+            if self.recorder is not None:
+                self.recorder.add(call, self.pipeline.received / SAMPLE_RATE)
             events = await self.app.batcher.run(self.stream, call)
             if isinstance(call, Push) and heard is not None and (heard.committed or heard.provisional):
                 ratio = self.compute_ratio()
                 await self.send(P.Recognised(heard.first, heard.committed, heard.provisional, ratio))
             await self.send_events(events)
-            final = [e.index for e in events if e.final]
-            if final and log.isEnabledFor(logging.DEBUG):
-                log_event(
-                    logging.DEBUG, "final_sent", session=self.id, t=round(time.monotonic(), 4),
-                    first=final[0], last=final[-1],
-                )  # fmt: skip
             for caption in self.pipeline.punctuated(events, call):
                 await self.send(P.Captioned(caption))
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataFormatError
-from ..text import mark_of
+from ..text import labeled_words
 
 __all__ = [
     "CHITCHAT",
@@ -45,7 +45,6 @@ __all__ = [
 ]
 
 CHITCHAT = "chitchat-dataset==0.9.0"
-CHAT_ONLY = frozenset({"lol", "lmao", "haha", "hahaha", "hehe", "xd", "omg", "lolol", "rofl"})
 SPLITS = {"dev": 0.04, "test": 0.04}  # shares of conversations; the rest trains
 
 # Backchannels as a recogniser writes them, with how often each is drawn and its mark.
@@ -94,26 +93,6 @@ def fetch_chitchat(cache: str | Path) -> Path:
         with zipfile.ZipFile(wheel) as z:
             target.write_bytes(z.read("chitchat_dataset/dataset.json"))
     return target
-
-
-def labeled_words(text: str, turn_end: bool = True) -> tuple[list[str], list[str]]:
-    """Punctuated text -> (words, labels): the mark after each word (``!`` counts as PERIOD, ``;``
-    and ``:`` as COMMA). With ``turn_end``, text that ends without a mark ends a sentence."""
-    words: list[str] = []
-    labels: list[str] = []
-    for raw in text.split():
-        bare = raw.rstrip("\"')]”’")
-        label = mark_of(bare)
-        word = bare.rstrip(".!?…,;:")
-        if not word or word.lower() in CHAT_ONLY or not any(c.isalnum() for c in word):
-            if label != "O" and labels and labels[-1] == "O":  # "great !" or "great lol."
-                labels[-1] = label
-            continue
-        words.append(word)
-        labels.append(label)
-    if turn_end and labels and labels[-1] in ("O", "COMMA"):
-        labels[-1] = "PERIOD"
-    return words, labels
 
 
 def _split_of(key: str) -> str:

@@ -39,6 +39,7 @@ from ..model import ModelConfig, PunctModel
 from ..pieces import WordPieces, collate, collate_tags
 from ..punctuator import resolve_device
 from ..text import LABEL_ID, LABELS, normalize_labeled, read_iwslt
+from .teacher import TeacherConfig, TwoStreamTeacher, load_model
 
 __all__ = ["TrainConfig", "train"]
 
@@ -328,21 +329,19 @@ def starts_as(wider: PunctModel, plain: PunctModel) -> PunctModel:
 
 
 def with_two_streams(model: PunctModel, cfg: TrainConfig) -> PunctModel:
-    """FFA's teacher (``--interaction``, ``--masked-stream``, ``--stream-fusion``) made from a plain
-    model, starting where it is (:func:`starts_as`): the masked stream starts as a copy of its
-    encoder, the heads' mixes small (FFA's initialisation). A pause fusion is left out: the teacher
-    reads text."""
+    """FFA's teacher (``--interaction``, ``--masked-stream``, ``--stream-fusion``; see
+    :mod:`.teacher`) made from a plain model, starting where it is (:func:`starts_as`): the masked
+    stream starts as a copy of its encoder, the heads' mixes small (FFA's initialisation). A pause
+    fusion is left out: the teacher reads text."""
     if model.cfg.n_tags:
         raise InputError("the two-stream teacher is made from a model without POS fusion")
-    two = PunctModel(
-        replace(
-            model.cfg,
+    plain = replace(model.cfg, pause_hidden=0, pause_marks=False, pause_continued=False)
+    two = TwoStreamTeacher(
+        TeacherConfig(
+            **asdict(plain),
             interaction=cfg.interaction,
             masked_stream=cfg.masked_stream,
             stream_fusion=cfg.stream_fusion,
-            pause_hidden=0,
-            pause_marks=False,
-            pause_continued=False,
         )
     )
     encoder = {k: v for k, v in model.state_dict().items() if k.startswith(ENCODER)}
@@ -447,7 +446,7 @@ def train(cfg: TrainConfig) -> Path:
     rng = np.random.default_rng(cfg.seed)
 
     if cfg.init:
-        model = PunctModel.load(cfg.init)
+        model = load_model(cfg.init)  # a teacher's checkpoint goes on as a teacher
         model.set_label_bias(())  # offsets fit the weights they were tuned on: calibrate again after
         vocab = Path(cfg.init) / "vocab.txt"
     elif cfg.encoder:
@@ -457,7 +456,7 @@ def train(cfg: TrainConfig) -> Path:
         raise InputError("give an encoder folder (--encoder) or a checkpoint to continue (--init)")
     if cfg.tags and not model.cfg.n_tags:
         model = with_pos_fusion(model, cfg)
-    if (cfg.interaction or cfg.masked_stream) and not (model.cfg.interaction or model.cfg.masked_stream):
+    if (cfg.interaction or cfg.masked_stream) and not isinstance(model, TwoStreamTeacher):
         model = with_two_streams(model, cfg)
     if model.cfg.n_tags and not (cfg.tags and cfg.dev_tags):
         raise InputError("a POS-fused model trains on tagged text: give --tags and --dev-tags")
@@ -466,7 +465,7 @@ def train(cfg: TrainConfig) -> Path:
     pieces = WordPieces(vocab, model.cfg.max_pieces)
     teacher, teacher_pieces = None, None
     if cfg.teacher:
-        teacher = PunctModel.load(cfg.teacher, device)  # eval mode: no dropout in its targets
+        teacher = load_model(cfg.teacher, device)  # eval mode: no dropout in its targets
         teacher.requires_grad_(False)
         teacher_vocab = Path(cfg.teacher) / "vocab.txt"
         if teacher_vocab.read_bytes() != vocab.read_bytes():

@@ -1,0 +1,1 @@
+"""Shared by the benchmark scripts (not scripts themselves): each module named for what it holds."""
