@@ -7,6 +7,7 @@ turns any recogniser's word into such tokens and is used identically in training
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -109,22 +110,27 @@ def normalize(word: str) -> list[str]:
     >>> normalize("--")
     []
     """
+    return list(_normalized(word))
+
+
+@functools.lru_cache(maxsize=1 << 16)  # words repeat: a stream's host time a word is in microseconds
+def _normalized(word: str) -> tuple[str, ...]:
     token = word.strip().translate(_APOSTROPHES).lower()
     bare = token.strip(_EDGE_PUNCT).rstrip(".")
     if bare in _SPLIT_CLITICS or bare in ("'ve", "'d"):  # a clitic arriving on its own
-        return [bare]
+        return (bare,)
     token = token.strip(_EDGE_PUNCT + "'\"")
     # A final dot is sentence punctuation unless it ends an abbreviation ("mr.", "u.s.").
     while token.endswith(".") and token not in _ABBREVIATIONS and "." not in token[:-1]:
         token = token[:-1].rstrip(_EDGE_PUNCT)
     token = token.strip(_EDGE_PUNCT)
     if not token or not _HAS_WORD_CHAR.search(token):
-        return []
+        return ()
     if token == "can't":
-        return ["ca", "n't"]
+        return ("ca", "n't")
     if token == "won't":
-        return ["wo", "n't"]
-    return _split_clitic(token)
+        return ("wo", "n't")
+    return tuple(_split_clitic(token))
 
 
 def normalize_text(words: Iterable[str]) -> tuple[list[str], list[int]]:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import torch
 
 from benchmarks.host_path import small_model, trial
 from streampunct.engines import WindowPass
-from streampunct.server.allocator import cap_arenas, keep_trimmed
+from streampunct.server.allocator import cap_arenas, heap, keep_trimmed
 
 
 def test_an_open_stream_holds_kilobytes_not_model_states():
@@ -43,3 +44,16 @@ def test_trimming_runs_until_cancelled():
         return running
 
     assert asyncio.run(main())
+
+
+def test_the_c_heap_says_what_live_allocations_hold_and_what_is_free_in_it():
+    """The soak's lead on memory that grows: live allocations (in use) or fragments (free)."""
+    import numpy as np
+
+    before = heap()
+    if before is None:
+        pytest.skip("this C library has no mallinfo2")
+    held = [np.ones(10_000) for _ in range(100)]  # 8 MB in pieces the heap keeps (under the mmap threshold)
+    during = heap()
+    assert during is not None and during["in_use"] - before["in_use"] > 7_000_000
+    del held

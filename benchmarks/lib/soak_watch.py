@@ -19,6 +19,8 @@ class MetricsWatch:
         self.url, self.every = url.replace("ws://", "http://") + "/metrics", every
         self.buffer_max_s = 0.0
         self.last: dict[str, float] = {}
+        self.t0 = time.perf_counter()
+        self.heap: list[tuple[float, float, float]] = []  # (seconds, MB in use, MB free in the C heap)
 
     def sample(self) -> None:
         import urllib.request
@@ -34,6 +36,10 @@ class MetricsWatch:
         self.buffer_max_s = max(
             self.buffer_max_s, self.last.get("streampunct_recognition_buffer_seconds", 0.0)
         )
+        in_use, free = (self.last.get(f"streampunct_malloc_bytes_{k}") for k in ("in_use", "free"))
+        if in_use is not None and free is not None:
+            t = round(time.perf_counter() - self.t0, 2)
+            self.heap.append((t, round(in_use / 2**20, 1), round(free / 2**20, 1)))
 
     async def run(self) -> None:
         while True:
@@ -49,6 +55,8 @@ class MetricsWatch:
                 for g in ("loop", "runaway")
             },
             "skipped_s": round(self.last.get("streampunct_recognition_skipped_seconds_total", 0.0), 2),
+            # the C heap: what live allocations hold, and what is free inside it (fragments)
+            "heap_mb": {"samples": self.heap, "end": self.heap[-1][1:] if self.heap else None},
         }
 
 

@@ -17,7 +17,7 @@ import ctypes
 import os
 from typing import Any
 
-__all__ = ["ARENAS", "TRIM_EVERY_S", "cap_arenas", "keep_trimmed"]
+__all__ = ["ARENAS", "TRIM_EVERY_S", "cap_arenas", "keep_trimmed", "heap"]
 
 ARENAS = 1
 TRIM_EVERY_S = 10.0
@@ -51,3 +51,33 @@ async def keep_trimmed(every_s: float = TRIM_EVERY_S) -> None:
     while True:
         await asyncio.sleep(every_s)
         await asyncio.to_thread(libc.malloc_trim, 0)
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+def heap() -> dict[str, int] | None:
+    """malloc's heap, bytes (glibc's ``mallinfo2``): ``in_use`` by live allocations, ``free`` inside
+    the arenas (a heap that grows with ``free`` fragments; with ``in_use``, it holds more), and
+    ``mapped``, the large allocations it mmapped apart. None where the C library has no mallinfo2."""
+    libc = _glibc()
+    if libc is None or not hasattr(libc, "mallinfo2"):
+        return None
+    libc.mallinfo2.restype = _Mallinfo2
+    info = libc.mallinfo2()
+    return {"in_use": info.uordblks, "free": info.fordblks, "mapped": info.hblkhd}

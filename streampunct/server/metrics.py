@@ -7,6 +7,8 @@ Counters count from the server's start; the gauges are read when scraped.
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -20,6 +22,7 @@ from prometheus_client import (
 )
 
 from ..types import SAMPLE_RATE
+from .allocator import heap
 
 if TYPE_CHECKING:
     from .app import App
@@ -80,6 +83,12 @@ class Metrics:
             registry=r,
         )  # fmt: skip
         buffer.set_function(lambda: max(map(_buffer_s, list(app.sessions.values())), default=0.0))
+        memory = Gauge(
+            "streampunct_malloc_bytes", "The C heap: bytes in use, free inside it, mmapped apart (glibc)", ["kind"],
+            registry=r,
+        )  # fmt: skip
+        for kind in ("in_use", "free", "mapped"):
+            memory.labels(kind).set_function(functools.partial(_heap_bytes, kind))
         self.guarded = Counter(GUARDED, "Recognition passes cut by a guard", ["guard"], registry=r)
         self.skipped = Counter(
             "streampunct_recognition_skipped_seconds",
@@ -112,6 +121,10 @@ def _buffer_s(session: object) -> float:
     """Seconds of audio in a /v1/asr session's recogniser buffer (0 for any other session)."""
     pipeline = getattr(session, "pipeline", None)
     return 0.0 if pipeline is None else len(pipeline.recognizer.audio) / SAMPLE_RATE
+
+
+def _heap_bytes(kind: str) -> float:
+    return float((heap() or {}).get(kind, math.nan))
 
 
 def _or_nan(read: Callable[[], float | None]) -> Callable[[], float]:
