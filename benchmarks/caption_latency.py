@@ -51,6 +51,7 @@ import numpy as np
 from benchmarks.common import RESULTS, machine, percentile, update_readme, write_json
 from benchmarks.lib.caption_frontends import FRONTENDS, server_args, settings
 from benchmarks.lib.caption_tables import STAGES, breakdown, table
+from benchmarks.lib.doc_text import short_name
 from benchmarks.lib.model_sources import resolve
 from benchmarks.lib.recordings import CLIP_GAP_S, clip_pairs, read_wav, silence
 from streampunct import protocol as P
@@ -327,7 +328,11 @@ def main() -> None:
             for name, fe in run["frontends"].items():
                 frontends[name if name not in frontends else f"{name} ({stem})"] = fe
         merged = {**next(iter(runs.values()))[1], "frontends": frontends}
-        update_readme("latency", table(merged, {f: run["machine"]["date"] for f, (_, run) in runs.items()}))
+        when = {
+            f: f"{run['machine']['date']} ({short_name(run['machine']['cpu'])})"
+            for f, (_, run) in runs.items()
+        }
+        update_readme("latency", table(merged, when))
         update_readme("breakdown", breakdown(merged))
         return
     if not args.audio:

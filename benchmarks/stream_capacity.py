@@ -279,23 +279,34 @@ def readme_section(payload: dict) -> tuple[str, str]:
     )
     settings = payload.get("settings", {})
     served = {k: v for k, v in settings.items() if k.startswith("serve_")}
-    text += "".join(map(served_text, served.values()))
+    text += served_text(list(served.values()))
     text += others({k: v for k, v in settings.items() if k not in served})
     return ("capacity" if on_cpu else "capacity-cuda"), "\n".join(wrap(text))
 
 
-def served_text(o: dict) -> str:
-    """A run through a server, in a sentence."""
-    when = f"({short_name(o['machine']['cpu'])}, {o['machine']['date'][:10]})"
-    if o.get("encoder_replicas"):
-        return (
-            f" Through `streampunct serve-ray` with {o['encoder_replicas']} encoder replica(s) (`--ray-encoders "
-            f"{o['encoder_replicas']}`; the clients beside it): {o['streams_sustained']} {when}."
-        )
-    cores = ",".join(str(c) for c in range(o["server_cores"]))
+def served_text(runs: list[dict]) -> str:
+    """The runs through a server, in a sentence."""
+    serve = [o for o in runs if not o.get("encoder_replicas")]
+    ray = [o for o in runs if o.get("encoder_replicas")]
+
+    def beside(o: dict) -> str:
+        return "the clients on the other cores" if o["client_cores"] else "the clients beside it"
+
+    parts = [
+        f"on {o['server_cores']} core{'s' * (o['server_cores'] > 1)} ({beside(o)}) {o['streams_sustained']}"
+        for o in serve
+    ]
+    parts += [
+        f"`serve-ray` with {o['encoder_replicas']} encoder replica{'s' * (o['encoder_replicas'] > 1)} "
+        f"({beside(o)}) {o['streams_sustained']}"
+        for o in ray
+    ]
+    if not parts:
+        return ""
+    when = {f"{short_name(o['machine']['cpu'])}, {o['machine']['date'][:10]}" for o in runs}
     return (
-        f" Through `streampunct serve` on {o['server_cores']} core(s) (`--serve {cores}`; the clients on the "
-        f"others): {o['streams_sustained']}, {o['streams_a_core']:g} a core {when}."
+        f" Through `streampunct serve` (`--serve CPUS`, `--ray-encoders N`): {'; '.join(parts)} "
+        f"({'; '.join(sorted(when))})."
     )
 
 

@@ -42,8 +42,12 @@ def table(payload: dict[str, Any], runs: dict[str, str] | None = None) -> str:
     text = (
         f"Punctuation model {payload.get('model', 'default')}, {payload['asr_model']} int8, lookahead "
         f"{payload['lookahead']}, time limit {payload['max_delay_ms']:.0f} ms; "
-        f"{doc_text.short_name(m['cpu'])}, {m['cores']} cores, "
-        + (dates[0] if len(dates) == 1 else ", ".join(f"{f} {d}" for f, d in runs.items()))
+        f"{m['cores']} cores, "
+        + (
+            f"{doc_text.short_name(m['cpu'])}, {dates[0]}"
+            if len(dates) == 1
+            else ", ".join(f"{f} {d}" for f, d in runs.items())
+        )
         + f". Front ends {names}: {FRONTENDS_LINK} (as run: the result files)."
     )
     model = f" --model {payload['model']}" if payload.get("model", "default") != "default" else ""
