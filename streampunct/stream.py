@@ -263,8 +263,10 @@ class PunctStream:
             t = self._final_tokens
             if self._tok_word[t - self._tok_base] >= self.n_words:
                 break  # a tentative word: never final
+            base, first = self._tok_base, self._word_base
             following = [
-                self._word_of(u) for u in range(t + 1, min(self._n_tokens, t + 1 + self.policy.words))
+                self._words[w - first]
+                for w in self._tok_word[t + 1 - base : t + 1 + self.policy.words - base]
             ]
             ahead = self.policy.ahead(self._word_of(t), following, self._clock, flush)
             if ahead is None:
