@@ -213,7 +213,7 @@ class Batcher:
         self.max_job_words = max_job_words
         self.max_batch_words = max_batch_words
         self.lanes = [_Lane() for _ in range(lanes)]
-        self.load = self.lanes[0].load if lanes == 1 else Loads([lane.load for lane in self.lanes])
+        self.load: Load = Loads([lane.load for lane in self.lanes])
         self._lane: weakref.WeakKeyDictionary[PunctStream, _Lane] = weakref.WeakKeyDictionary()
         self.batches = 0  # statistics: batches run and jobs in them
         self.jobs = 0
