@@ -18,7 +18,6 @@ from pathlib import Path
 from benchmarks.common import RESULTS, machine, update_readme, write_json
 from benchmarks.lib import doc_text
 from streampunct import Punctuator, read_iwslt, score
-from streampunct.light import LightModel
 from streampunct.model import ModelConfig
 from streampunct.punctuator import DEFAULT_CHECKPOINT, SHIPPED_MODELS, checkpoint_dir
 
@@ -89,17 +88,15 @@ def measure(p: Punctuator, model_dir: Path, data: Path) -> dict:
         if (model_dir / "training.json").is_file()
         else None
     )
-    light = isinstance(p.model, LightModel)  # one engine of its own: each k once, named "light"
-    offsets = (p.model.cfg.label_bias, getattr(p.model.cfg, "window_bias", ()))
+    offsets = (p.model.cfg.label_bias, p.model.cfg.window_bias)
     calibration_file = model_dir / "calibration.json"
     calibration = json.loads(calibration_file.read_text()) if calibration_file.is_file() else None
     rows = []
     for set_name, file_name in SETS.items():
         words, labels = read_iwslt(data / file_name)
-        for engine, k in [("auto", k) for e, k in MODES if e == "masked"] if light else MODES:
+        for engine, k in MODES:
             t0 = time.perf_counter()
             report = score(labels, p.predict(words, lookahead=k, engine=engine))
-            engine = "light" if light else engine
             seconds = time.perf_counter() - t0
             row = {
                 "set": set_name,

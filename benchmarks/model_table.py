@@ -51,9 +51,6 @@ ROWS: tuple[tuple[str, str, str | None], ...] = (
     ("base, stage 2 (shipped)", "accuracy_base.json", "auto"),
     ("base, stage 2 (shipped)", "conversation_base_stage2.json@8b63caf", "base"),
     ("base, stage 2 (shipped)", BASE, None),
-    ("light (not shipped)", "accuracy_light.json@c69e20c", "light"),
-    ("light (not shipped)", "stream_latency_light.json@c69e20c", "light"),
-    ("light (not shipped)", "stream_capacity_light.json@c69e20c", None),
     ("no POS ‡", "pos_ablation.json", "no POS"),  # ‡: the POS ablation
     ("no POS ‡", DEFAULT, None),
     ("random POS ‡", "pos_ablation.json", "random POS"),

@@ -45,12 +45,10 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import (
-    CACHE,
     ROOT,
     Server,
     command,
     machine,
-    make_speech,
     start_server,
     write_json,
     write_result,
@@ -59,6 +57,7 @@ from benchmarks.lib.soak_asr import asr_session, hours_audio
 from benchmarks.lib.soak_checks import SessionReport
 from benchmarks.lib.soak_punct import ASR_CONFIG, STREAM_CONFIGS, punct_session, punct_stream, stretch
 from benchmarks.lib.soak_watch import BUFFER_LIMIT_S, MemoryWatch, MetricsWatch, plot_memory
+from benchmarks.lib.speech import CACHE, make_speech
 from streampunct.text import read_iwslt
 
 # --- the run ---------------------------------------------------------------------------------------

@@ -198,7 +198,7 @@ def main() -> None:
     ap.add_argument("--max-lag-ms", type=float, default=200)
     ap.add_argument("--device", default="cpu", help="cpu or cuda; cuda writes stream_capacity_cuda.json")
     ap.add_argument(
-        "--engine", default="auto", choices=ENGINES, help="default auto: the model's own (light: its one)"
+        "--engine", default="auto", choices=ENGINES, help="default auto: the one the checkpoint takes at k=2"
     )
     ap.add_argument(
         "--max-wait-ms",

@@ -37,7 +37,6 @@ from benchmarks.common import (
 from benchmarks.lib import doc_text
 from streampunct import Punctuator, read_iwslt
 from streampunct.engines import window_logits
-from streampunct.light import LightModel
 from streampunct.punctuator import DEFAULT_CHECKPOINT, checkpoint_dir
 
 WORDS, HOUR = 2000, 36000  # timed pushes per lookahead, words pushed for the memory check
@@ -94,39 +93,34 @@ def main() -> None:
     p = Punctuator.load(args.model, device=args.device, int8=args.int8)
     words, _ = read_iwslt(args.data)
     sample = words[: args.words]
-    light = isinstance(p.model, LightModel)  # its one engine in the masked engine's place
-    first = "auto" if light else "masked"
-    time_pushes(p, sample[:200], 2, first)  # warm-up
-    if not light:
-        time_pushes(p, sample[:200], 2, "window")
+    time_pushes(p, sample[:200], 2, "masked")  # warm-up
+    time_pushes(p, sample[:200], 2, "window")
 
     rows = []
     for k in (0, 1, 2, 4):
-        inc = time_pushes(p, sample, k, first)
+        inc = time_pushes(p, sample, k, "masked")
+        naive = time_naive(p, sample, k)
         row = {
             "lookahead": k,
             "pushes": len(inc),
             "p50_ms": 1000 * percentile(inc, 50),
             "p99_ms": 1000 * percentile(inc, 99),
             "mean_ms": 1000 * statistics.fmean(inc),
+            "naive_p50_ms": 1000 * percentile(naive, 50),
+            "naive_p99_ms": 1000 * percentile(naive, 99),
+            "naive_mean_ms": 1000 * statistics.fmean(naive),
         }
-        if not light:  # a recurrence has no window to recompute: its naive way reads the whole past
-            naive = time_naive(p, sample, k)
-            row["naive_p50_ms"] = 1000 * percentile(naive, 50)
-            row["naive_p99_ms"] = 1000 * percentile(naive, 99)
-            row["naive_mean_ms"] = 1000 * statistics.fmean(naive)
-            row["speedup_mean"] = row["naive_mean_ms"] / row["mean_ms"]
-        if not light:
-            window = time_pushes(p, sample, k, "window")
-            row["window_p50_ms"] = 1000 * percentile(window, 50)
-            row["window_p99_ms"] = 1000 * percentile(window, 99)
-            row["window_mean_ms"] = 1000 * statistics.fmean(window)
+        row["speedup_mean"] = row["naive_mean_ms"] / row["mean_ms"]
+        window = time_pushes(p, sample, k, "window")
+        row["window_p50_ms"] = 1000 * percentile(window, 50)
+        row["window_p99_ms"] = 1000 * percentile(window, 99)
+        row["window_mean_ms"] = 1000 * statistics.fmean(window)
         rows.append(row)
         print({key: round(v, 2) if isinstance(v, float) else v for key, v in row.items()}, flush=True)
 
     # Memory over an hour of speech, one core's capacity at 3 words a second.
     gc.collect()
-    s = p.stream(lookahead=2, engine=first)
+    s = p.stream(lookahead=2, engine="masked")
     base = rss_mb()
     memory = {}
     t0 = time.perf_counter()
@@ -140,13 +134,12 @@ def main() -> None:
     s.finish()
     small, large = memory[args.hour // 10], memory[args.hour]
     torch.set_num_threads(1)
-    one_core = statistics.fmean(time_pushes(p, sample[:1000], 2, first))
+    one_core = statistics.fmean(time_pushes(p, sample[:1000], 2, "masked"))
+    one_core_window = statistics.fmean(time_pushes(p, sample[:1000], 2, "window"))
     payload = {
         "machine": machine(),
         "device": str(p.device),
-        "engine": "light"
-        if light
-        else "masked",  # what p50_ms and mean_ms time (window_*: the window engine)
+        "engine": "masked",  # what p50_ms and mean_ms time (window_*: the window engine)
         "threads": args.threads,
         "per_push": rows,
         "memory_mb": {
@@ -158,11 +151,9 @@ def main() -> None:
         "hour_stream_seconds": hour_seconds,
         "one_core_mean_push_ms_k2": 1000 * one_core,
         "streams_per_core_at_3_words_per_s": int(1 / (3 * one_core)),
+        "one_core_mean_push_ms_k2_window": 1000 * one_core_window,
+        "streams_per_core_at_3_words_per_s_window": int(1 / (3 * one_core_window)),
     }
-    if not light:
-        one_core_window = statistics.fmean(time_pushes(p, sample[:1000], 2, "window"))
-        payload["one_core_mean_push_ms_k2_window"] = 1000 * one_core_window
-        payload["streams_per_core_at_3_words_per_s_window"] = int(1 / (3 * one_core_window))
     model_dir = checkpoint_dir(args.model)
     suffix = ("" if model_dir == DEFAULT_CHECKPOINT else f"_{model_dir.name}") + device_suffix(p.device)
     payload["model"], payload["int8"] = str(model_dir), args.int8

@@ -105,21 +105,6 @@ def cmd_batch(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_export_onnx(args: argparse.Namespace) -> int:
-    from .light import LightModel
-    from .light_onnx import export_onnx
-    from .punctuator import Punctuator
-
-    p = Punctuator.load(args.model, device="cpu")
-    if not isinstance(p.model, LightModel):
-        raise InputError("ONNX export is for the light model: give --model light or a light checkpoint")
-    path = export_onnx(p.model, args.out)
-    print(
-        f"wrote {path}: inputs pieces (words, {p.model.cfg.max_pieces}) and lookahead (-1: offline), output logits"
-    )
-    return 0
-
-
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .engines import resolve_engine
     from .metrics import score
@@ -382,16 +367,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "--address", default=None, help="an existing Ray cluster (auto, ray://HOST:10001); default: local"
     )
     p.set_defaults(run=cmd_batch)
-
-    p = sub.add_parser("export-onnx", help="write the light model as an ONNX graph (needs the onnx package)")
-    p.add_argument("out", help="the .onnx file to write")
-    p.add_argument(
-        "--model",
-        required=True,
-        metavar="DIR",
-        help="a light checkpoint folder (docs/training.md: none ships)",
-    )
-    p.set_defaults(run=cmd_export_onnx)
 
     p = sub.add_parser("evaluate", help="score the model on a word<TAB>LABEL file (IWSLT protocol)")
     p.add_argument(

@@ -32,7 +32,6 @@ import torch
 
 from .errors import InputError
 from .incremental import WindowState
-from .light import LightEngine, LightModel
 from .model import PunctModel
 from .pieces import WordPieces, collate, collate_tags, plan_windows
 from .types import ENGINES
@@ -118,7 +117,7 @@ class EngineStream(Protocol):
 
 class Engine(Protocol):
     name: str
-    model: PunctModel | LightModel
+    model: PunctModel
 
     def logits(
         self, ids: Sequence[Pieces], lookahead: int | None, tags: Sequence[int] | None = None
@@ -175,7 +174,7 @@ class Tokens:
             self.base += drop
 
 
-def _check_tags(model: PunctModel | LightModel, tags: Sequence[int] | None, n: int) -> None:
+def _check_tags(model: PunctModel, tags: Sequence[int] | None, n: int) -> None:
     if model.cfg.n_tags and (tags is None or len(tags) != n):
         got = "none" if tags is None else len(tags)
         raise InputError(
@@ -538,24 +537,18 @@ class WindowStream:
 
 # --- choosing an engine, and the functions of a whole text -----------------------------------
 
-_ENGINES: dict[str, type[MaskedEngine] | type[WindowEngine] | type[LightEngine]] = {
+_ENGINES: dict[str, type[MaskedEngine] | type[WindowEngine]] = {
     "masked": MaskedEngine,
     "window": WindowEngine,
-    "light": LightEngine,
 }
 
 
-def resolve_engine(model: PunctModel | LightModel, engine: str, lookahead: int | None) -> str:
+def resolve_engine(model: PunctModel, engine: str, lookahead: int | None) -> str:
     """``"masked"`` or ``"window"``: the engine that decides at ``lookahead`` (offline: masked,
     whose offline mode is the same whole-context model; ``"auto"``: the window engine from the
-    checkpoint's ``window_from`` on, except for a POS-fused checkpoint). A light model has its
-    own, ``"light"`` (``"auto"`` names it)."""
+    checkpoint's ``window_from`` on, except for a POS-fused checkpoint)."""
     if engine not in ENGINES:
         raise InputError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    if isinstance(model, LightModel):
-        if engine != "auto":
-            raise InputError(f"the light model has one engine: use engine='auto', not {engine!r}")
-        return "light"
     if engine == "window" and model.cfg.n_tags:
         raise InputError("the window engine does not fuse POS tags: use engine='masked' with this checkpoint")
     if lookahead is None or engine == "masked":
@@ -565,13 +558,13 @@ def resolve_engine(model: PunctModel | LightModel, engine: str, lookahead: int |
     return "window"
 
 
-def make_engine(model: PunctModel | LightModel, engine: str = "auto", lookahead: int | None = None) -> Engine:
+def make_engine(model: PunctModel, engine: str = "auto", lookahead: int | None = None) -> Engine:
     """The engine named (``"auto"``, ``"masked"`` or ``"window"``) for decisions at ``lookahead``."""
-    return _ENGINES[resolve_engine(model, engine, lookahead)](model)  # type: ignore[arg-type,return-value]
+    return _ENGINES[resolve_engine(model, engine, lookahead)](model)
 
 
 def token_logits(
-    model: PunctModel | LightModel,
+    model: PunctModel,
     pieces: WordPieces,
     tokens: Sequence[str],
     lookahead: int | None,
@@ -585,7 +578,7 @@ def token_logits(
 
 
 def label_tokens(
-    model: PunctModel | LightModel,
+    model: PunctModel,
     pieces: WordPieces,
     tokens: Sequence[str],
     lookahead: int | None,

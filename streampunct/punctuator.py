@@ -18,7 +18,6 @@ import torch
 
 from .engines import make_engine
 from .errors import CheckpointError, InputError
-from .light import LightModel, is_light
 from .model import PunctModel
 from .pieces import WordPieces
 from .prosody import token_features
@@ -66,7 +65,7 @@ class Punctuator:
     streaming model); ``lookahead=None`` uses the whole context (offline).
     """
 
-    def __init__(self, model: PunctModel | LightModel, pieces: WordPieces, tagger: str | Path | None = None):
+    def __init__(self, model: PunctModel, pieces: WordPieces, tagger: str | Path | None = None):
         self.model = model.eval()
         self.pieces = pieces
         self.tagger_dir = tagger  # a converted tagger's folder; None: flair's, in the cache (fetch-tagger)
@@ -127,9 +126,9 @@ class Punctuator:
             tagger = d / "tagger"
         if tagger is not None and not is_tagger(Path(tagger)):
             raise CheckpointError(f"{tagger} is not a converted tagger (tagger.json, tagger.safetensors)")
-        model = (LightModel if is_light(d) else PunctModel).load(d, resolve_device(device))
+        model = PunctModel.load(d, resolve_device(device))
         if int8:
-            if not isinstance(model, PunctModel) or model.head.weight.device.type != "cpu":
+            if model.head.weight.device.type != "cpu":
                 raise InputError("int8 is for the transformer models (default, base) on the CPU")
             model.quantize_int8()
         return cls(model, WordPieces(d / "vocab.txt", model.cfg.max_pieces), tagger)

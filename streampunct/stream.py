@@ -338,7 +338,6 @@ class PunctStream:
             after = self._word_of(t + 1) if last and ahead >= 1 else None
             silence = self._silence_after(word, t) if last and ahead == 0 else None
             before = self._words[w - 1 - self._word_base] if first and w > 0 else None
-            assert isinstance(self._model, PunctModel)  # self.pauses: a model with pause fusion
             cfg = self._model.cfg
             features = pause_features(
                 word, before, after or silence, last, first, cfg.pause_marks, cfg.pause_continued

@@ -13,7 +13,8 @@ import shutil
 
 import pytest
 
-from benchmarks.common import make_speech, start_server
+from benchmarks.common import start_server
+from benchmarks.lib.speech import make_speech
 from benchmarks.soak import hours_audio, passed, slope_mb_per_h, soak, table
 
 SUBJECTS = "i we you they people my friend the teacher our city this idea".split()

@@ -31,7 +31,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from streampunct import InputError, Punctuator
 from streampunct.engines import make_engine
-from streampunct.light import LightConfig, LightModel
 from streampunct.model import ModelConfig, PunctModel
 from streampunct.pieces import WordPieces
 from streampunct.prosody import pause_features, token_features
@@ -239,8 +238,7 @@ class StreamMachine(RuleBasedStateMachine):
         open_words = self.words[len(self.finals) :] + self.tentative  # tentative words are held too
         open_tokens = sum(tokens_of(w) for w in open_words)
         cfg, every = self.p.model.cfg, PunctStream.FORGET_EVERY
-        window = 5 * getattr(cfg, "block", 0) + cfg.context + 1  # a light model keeps its context
-        assert held.tokens <= open_tokens + max(every, window), (held, open_tokens)
+        assert held.tokens <= open_tokens + max(every, 5 * cfg.block + cfg.context + 1), (held, open_tokens)
         assert held.words <= len(open_words) + every, held
 
     def teardown(self):
@@ -301,28 +299,6 @@ class ShippedStream(StreamMachine):
 
 TestShippedStream = ShippedStream.TestCase
 TestShippedStream.settings = settings(settings.default, max_examples=3, stateful_step_count=25)
-
-
-@functools.cache
-def light() -> Punctuator:
-    """A random light model (streampunct.light) with a short context, so its streams forget."""
-    torch.manual_seed(0)
-    cfg = LightConfig(n_embd=16, n_input=32, n_hidden=32, n_head=2, context=5, offline_ahead=6, dropout=0.0)
-    model = LightModel(cfg).eval()
-    with torch.no_grad():
-        model.out[-1].weight.normal_(0, 1.0)
-        model.out[-1].bias.copy_(torch.tensor([0.5, 0.0, -0.1, -0.3]))
-    offsets = [[0.0, 0.1 * j, -0.1 * j, 0.05 * j] for j in range(5)]
-    model.set_label_bias(offsets + [[0.0, 0.2, 0.1, 0.0]])
-    return Punctuator(model, WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", cfg.max_pieces))
-
-
-class LightStream(StreamMachine):
-    punctuator = staticmethod(light)
-    engines = ("auto",)
-
-
-TestLightStream = LightStream.TestCase
 
 
 @functools.cache

@@ -7,7 +7,7 @@ import argparse
 import asyncio
 from typing import Any
 
-from benchmarks.common import CACHE, Server, make_speech, start_server
+from benchmarks.common import Server, start_server
 from benchmarks.lib.load_streams import (
     ASR_CONFIG,
     ASR_STAGGER_S,
@@ -22,6 +22,7 @@ from benchmarks.lib.load_streams import (
     wait_streams_zero,
     warm_up,
 )
+from benchmarks.lib.speech import CACHE, make_speech
 from streampunct import protocol as P
 
 

@@ -17,7 +17,8 @@ from urllib.parse import urlparse
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from benchmarks.common import Server, percentile, rss_mb, speakable
+from benchmarks.common import Server, percentile, rss_mb
+from benchmarks.lib.speech import speakable
 from streampunct.errors import StreamPunctError
 from streampunct.text import read_iwslt
 

@@ -182,8 +182,6 @@ def latency(payload: dict[str, Any], engine: str, path: Path) -> tuple[dict[str,
     row = next((r for r in payload["per_push"] if r["lookahead"] == 2), None)
     if row is None:
         return {}, []
-    if payload.get("engine") == "light":  # a light model's one engine
-        return {"ms": row["p50_ms"]}, [f"{payload.get('threads')} torch threads"]
     p50 = {"masked": row.get("p50_ms"), "window": row.get("window_p50_ms")}
     if p50.get(engine) is None:
         raise SystemExit(f"{path}: no {engine} engine at k=2")

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ESPEAK
 from benchmarks.lib.soak_checks import FinalCheck, SessionReport
+from benchmarks.lib.speech import ESPEAK
 from streampunct import protocol as P
 
 # --- /v1/asr: continuous speech --------------------------------------------------------------------

@@ -1,1 +1,1 @@
-"""Training the models (text, light, pause fusion, POS tagger), tuning their offsets, and their data."""
+"""Training the models (text, pause fusion, POS tagger), tuning their offsets, and their data."""

@@ -18,7 +18,6 @@ import torch
 
 from ..engines import token_logits
 from ..errors import InputError
-from ..light import LightModel
 from ..metrics import _prf
 from ..options import StreamOptions
 from ..punctuator import Punctuator
@@ -94,12 +93,11 @@ def calibrate(
     masked: dict[int | None, torch.Tensor] = {}  # the masked engine's calibrated logits, per k
     same_words: dict[str, dict[int, float]] = {"masked": {}, "window": {}}  # for window_from
     report = []
-    light = isinstance(model, LightModel)
     for engine, k in MODES:
-        if engine == "window" and (model.cfg.n_tags or light):
-            continue  # the window engine does not fuse tags; a light model has its own engine
+        if engine == "window" and model.cfg.n_tags:
+            continue  # the window engine does not fuse tags
         n = len(tokens) if engine == "masked" else window_words or len(tokens)
-        gold, logits = _plain_logits(p, tokens[:n], labels[:n], k, "auto" if light else engine)
+        gold, logits = _plain_logits(p, tokens[:n], labels[:n], k, engine)
         offsets, after = tune_offsets(logits, gold)
         before = _micro_f1(logits.argmax(-1), gold)
         rows[engine].append(offsets)
@@ -131,8 +129,7 @@ def retune_offline(p: Punctuator, tokens: Sequence[str], labels: Sequence[str]) 
     ``p.model``; returns the offsets and their dev micro-F1. For a model calibrated already, on
     other words: a mix of dev sets whose balance suits the offline mode better."""
     model = p.model
-    rows = [list(row) for row in model.cfg.label_bias]
-    window_rows = () if isinstance(model, LightModel) else model.cfg.window_bias
+    rows, window_rows = [list(row) for row in model.cfg.label_bias], model.cfg.window_bias
     if not rows:
         raise InputError("the model has no offsets to keep: calibrate every mode first")
     model.set_label_bias(())  # tune on the plain logits
