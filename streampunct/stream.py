@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -159,6 +159,9 @@ class PunctStream:
         self._shown: dict[int, str] = {}  # provisional label last shown, by word
         self._clock = -math.inf
         self._finished = False
+        # called with a word's index after each decision of one of its tokens that read the words'
+        # times (calibration reads the pause fusion's decisions this way); None: no one listens
+        self.on_pause_decision: Callable[[int], None] | None = None
 
     # --- public ------------------------------------------------------------------------------
 
@@ -346,6 +349,8 @@ class PunctStream:
             logits = self._model.with_pauses(
                 torch.as_tensor(logits), features, ahead, silence is not None, cues
             )
+            if self.on_pause_decision is not None:
+                self.on_pause_decision(w)
         return int(logits.argmax())
 
     def _silence_after(self, word: Word, t: int) -> Word | None:

@@ -148,8 +148,8 @@ def _fused_decisions(
 ) -> tuple[list[str], dict[int, tuple[torch.Tensor, int]]]:
     """One recording's calls through a fresh stream: its words, and for each word whose final
     decision the pause fusion corrected, the corrected logits before the fusion's offsets and the
-    lookahead slot. The decisions are read where they are made: the stream's label step and the
-    fusion's correction, wrapped for this stream alone."""
+    lookahead slot. The decisions are read where they are made: the fusion's correction, wrapped
+    for this stream's run, and the stream's ``on_pause_decision``."""
     from ..pipeline import calls_from_json
     from ..prosody import ahead_slot
     from ..stream import Push
@@ -160,25 +160,22 @@ def _fused_decisions(
     stream = p.stream(lookahead, max_delay_ms)
     decided: dict[int, tuple[torch.Tensor, int]] = {}
     seen: list[tuple[torch.Tensor, int]] = []
-    correct, label = fusion.correct, stream._label
+    correct = fusion.correct
 
     def capture(x: torch.Tensor, features: Sequence[float] | None, ahead: int | None) -> torch.Tensor:
         out, slot = correct(x, features, ahead), ahead_slot(ahead)
         seen.append((out - fusion.offsets[slot], slot))
         return out
 
-    def decide(t: int, ahead: int, x: torch.Tensor) -> int:
-        seen.clear()
-        word = stream._tok_word[t - stream._tok_base]
-        out = label(t, ahead, x)
+    def decided_for(word: int) -> None:
         if seen:  # a word's last decision is its last token's final one
             decided[word] = seen[-1]
         else:
             decided.pop(word, None)
-        return out
+        seen.clear()
 
     setattr(fusion, "correct", capture)  # noqa: B010
-    setattr(stream, "_label", decide)  # noqa: B010
+    stream.on_pause_decision = decided_for
     words: list[str] = []
     try:
         for call in calls_from_json(records, marks):
