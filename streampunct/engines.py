@@ -469,7 +469,6 @@ class WindowStream:
         self.engine, self.model, self.k = engine, engine.model, lookahead
         self.tokens = Tokens(slack=4 * self.model.cfg.block)
         self.passes: dict[tuple[int, int], WindowPass] = {}  # this step's, by tokens (start, end)
-        self.context = self.model.cfg.context
 
     @property
     def held(self) -> int:
@@ -487,7 +486,7 @@ class WindowStream:
 
     def _pass(self, t: int, end: int) -> tuple[WindowPass, int]:
         """The pass that decides token ``t`` from the tokens before ``end``, and its first token."""
-        start = t - self.context if t > self.context else 0  # (window_start, inlined: several calls a word)
+        start = self.engine.window_start(t)
         state = self.passes.get((start, end))
         if state is None:
             state = self.passes[start, end] = WindowPass(self.engine, self.tokens.span(start, end))
@@ -506,9 +505,8 @@ class WindowStream:
 
     def work(self, first_open: int) -> list[WindowPass]:
         self._full(first_open)
-        end = self.tokens.end
-        if end:
-            self._pass(max(0, first_open - 1, end - 1 - self.k), end)  # (the tail's pass: _tail)
+        if self.tokens.end:
+            self._pass(self._tail(first_open), self.tokens.end)
         return list(self.passes.values())
 
     def decide(self, t: int, ahead: int) -> np.ndarray:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import os
 from typing import Any
 
@@ -24,12 +25,35 @@ TRIM_EVERY_S = 10.0
 M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
 
 
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+@functools.cache
 def _glibc() -> Any:
     try:
         libc = ctypes.CDLL("libc.so.6")
-        return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
     except OSError:
         return None
+    if not (hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim")):
+        return None
+    if hasattr(libc, "mallinfo2"):
+        libc.mallinfo2.restype = _Mallinfo2
+    return libc
 
 
 def cap_arenas(n: int = ARENAS) -> bool:
@@ -53,24 +77,6 @@ async def keep_trimmed(every_s: float = TRIM_EVERY_S) -> None:
         await asyncio.to_thread(libc.malloc_trim, 0)
 
 
-class _Mallinfo2(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in (
-            "arena",
-            "ordblks",
-            "smblks",
-            "hblks",
-            "hblkhd",
-            "usmblks",
-            "fsmblks",
-            "uordblks",
-            "fordblks",
-            "keepcost",
-        )
-    ]
-
-
 def heap() -> dict[str, int] | None:
     """malloc's heap, bytes (glibc's ``mallinfo2``): ``in_use`` by live allocations, ``free`` inside
     the arenas (a heap that grows with ``free`` fragments; with ``in_use``, it holds more), and
@@ -78,6 +84,5 @@ def heap() -> dict[str, int] | None:
     libc = _glibc()
     if libc is None or not hasattr(libc, "mallinfo2"):
         return None
-    libc.mallinfo2.restype = _Mallinfo2
     info = libc.mallinfo2()
     return {"in_use": info.uordblks, "free": info.fordblks, "mapped": info.hblkhd}
