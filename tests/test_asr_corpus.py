@@ -66,7 +66,9 @@ def test_a_run_hears_the_text_and_goes_on_where_it_stopped(tmp_path):
     hyp, moved = read_iwslt(run / "asr_train.tsv")
     assert state["words_made"] == len(hyp) and abs(len(hyp) - len(words)) <= 6
     assert {"QUESTION", "PERIOD"} <= set(moved)
-    main([*args, "--minutes", "5"])  # done: nothing added
+    with open(run / "asr_train.tsv", "a") as f:  # a passage written after the state was last saved (a kill)
+        f.write("half\tO\n")
+    main([*args, "--minutes", "5"])  # done: nothing added, and what the state does not count is gone
     assert read_iwslt(run / "asr_train.tsv") == (hyp, moved)
     with pytest.raises(SystemExit, match="beam"):
         main([*args, "--beam", "5"])  # another run's settings into the same folder

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import tempfile
 import time
@@ -103,7 +102,7 @@ def espeak(text: str, voice: str, wpm: int) -> np.ndarray:
 
 def speak(
     tokens: Sequence[str], labels: Sequence[str], as_turns: bool, rng: np.random.Generator
-) -> tuple[np.ndarray, dict]:
+) -> np.ndarray:
     """A passage as speech: its voice(s), speed and noise drawn from ``rng``."""
     wpm = int(rng.integers(*WPM))
     voices = [str(v) for v in rng.choice(VOICES, 2, replace=False)]
@@ -118,8 +117,7 @@ def speak(
     if snr is not None:
         power = float(np.mean(audio**2)) or 1e-8
         audio = audio + rng.normal(0, np.sqrt(power / 10 ** (snr / 10)), len(audio)).astype(np.float32)
-    meta = {"voices": voices[: 2 if as_turns else 1], "wpm": wpm, "snr_db": snr, "turns": len(texts)}
-    return audio, meta
+    return audio
 
 
 def hear(model, audio: np.ndarray, beam: int) -> list[str]:
@@ -187,7 +185,6 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from ..speech import resolve_asr_model
 
-    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     model = WhisperModel(
         resolve_asr_model(args.asr), device="cpu", compute_type="int8", cpu_threads=args.threads
     )
@@ -197,19 +194,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     state_path = out / "state.json"
     state = json.loads(state_path.read_text()) if state_path.is_file() else {
         "text": args.text, "turns": args.turns, "asr": args.asr, "beam": args.beam, "seed": args.seed,
-        "passages": 0, "of": len(text), "words_read": 0, "words_made": 0, "audio_s": 0.0, "work_s": 0.0,
+        "passages": 0, "of": len(text), "words_read": 0, "words_made": 0, "audio_s": 0.0, "work_s": 0.0, "bytes": 0,
     }  # fmt: skip
     for key in ("text", "turns", "asr", "beam", "seed"):
         if state[key] != getattr(args, key):
             raise SystemExit(f"{state_path}: made with {key}={state[key]!r}, not {getattr(args, key)!r}")
     state_path.write_text(json.dumps(state, indent=1) + "\n")
     t_end = time.perf_counter() + 60 * args.minutes
-    with open(out / "asr_train.tsv", "a", encoding="utf-8") as tsv:
+    corpus = out / "asr_train.tsv"
+    corpus.touch()
+    with open(corpus, "r+", encoding="utf-8") as tsv:
+        tsv.truncate(state["bytes"])  # a passage written after the last state was saved goes
+        tsv.seek(state["bytes"])
         while state["passages"] < len(text) and time.perf_counter() < t_end:
             t0 = time.perf_counter()
             tokens, labels = text[state["passages"]]
             rng = np.random.default_rng([args.seed, state["passages"]])
-            audio, _ = speak(tokens, labels, args.turns, rng)
+            audio = speak(tokens, labels, args.turns, rng)
             hyp, moved = carry_marks(tokens, labels, hear(model, audio, args.beam))
             tsv.write("".join(f"{t}\t{lab}\n" for t, lab in zip(hyp, moved)))
             tsv.flush()
@@ -218,6 +219,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             state["words_made"] += len(hyp)
             state["audio_s"] = round(state["audio_s"] + len(audio) / SAMPLE_RATE, 1)
             state["work_s"] = round(state["work_s"] + time.perf_counter() - t0, 1)
+            state["bytes"] = tsv.tell()
             state_path.write_text(json.dumps(state, indent=1) + "\n")
     rate = 3600 * state["words_made"] / max(state["work_s"], 1e-9)
     print(

@@ -144,9 +144,6 @@ def generate(args) -> None:
     )
 
 
-GRADIENT_PARAMS = ("head.", "layers.5.")  # where the reward's gradients are taken (the default's last layer)
-
-
 def _gradient(model, pieces, tokens: Sequence[str], labels: Sequence[str], params) -> np.ndarray:
     """The punctuation loss's gradient on ``params`` over ``tokens`` (offline, in windows of half
     the model's block, loss on every word)."""
@@ -174,7 +171,8 @@ def score(args) -> None:
 
     p = Punctuator.load(args.model, device="cpu")
     model = p.model.train(False)
-    params = [q for n, q in model.named_parameters() if n.startswith(GRADIENT_PARAMS)]
+    where = ("head.", f"layers.{model.cfg.n_layer - 1}.")  # the classifier and the last encoder layer
+    params = [q for n, q in model.named_parameters() if n.startswith(where)]
     for q in model.parameters():
         q.requires_grad_(False)
     for q in params:
