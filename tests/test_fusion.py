@@ -94,7 +94,7 @@ def test_pos_embeddings_start_from_tagger_weights(fused):
         model.init_pos_embedding(torch.randn(53, 512))
 
 
-def test_a_fused_model_without_tags_is_a_clear_error(fused):
+def test_a_fused_model_without_tags_is_a_clear_error(fused, tagger_dir):  # the stream loads the real tagger
     with pytest.raises(InputError, match="fuses POS tags"):
         token_logits(fused.model, fused.pieces, ["hello", "there"], 2)
     with pytest.raises(InputError, match="fuses POS tags"):
