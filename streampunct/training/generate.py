@@ -95,10 +95,8 @@ def generate(args) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     state_path = out / "state.json"
-    state = json.loads(state_path.read_text()) if state_path.is_file() else {"batches": 0, "tokens": 0}
-    state.setdefault("seconds", 0.0)
-    state.setdefault("kept", 0)
-    state.setdefault("words", 0)
+    fresh = {"batches": 0, "tokens": 0, "seconds": 0.0, "kept": 0, "words": 0}
+    state = json.loads(state_path.read_text()) if state_path.is_file() else fresh
     t_end = time.perf_counter() + 60 * args.minutes
     with open(out / "samples.jsonl", "a", encoding="utf-8") as f:
         while time.perf_counter() < t_end:
