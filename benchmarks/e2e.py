@@ -19,6 +19,9 @@ Recordings (``record`` writes them under --cache, never into the repository):
   (en-us+m1, en-us+f2), from where conv1 stopped.
 - *synthetic monologue*: espeak-ng (en-us+m7, 160 wpm) reading the first ~800 words of TED
   test2011 (up to a sentence end).
+- *synthetic talk dev* (``--only synthetic_talk_dev``, made only when asked): espeak-ng reading
+  three ~800-word pieces of dev2012 (TALK_DEV: voices, rates and offsets), for fitting the live
+  decision where the text model is strong; a set of its own, never pooled, never a result.
 - *human*: jfk_16k.wav and the 16 LJSpeech clips (consecutive sentences of one text), joined into
   one stream with 1 s of silence between clips, their punctuated .txt joined as the reference.
   LJSpeech's references spell numbers out, so Whisper's digits count as word errors (WER only).
@@ -294,9 +297,9 @@ def main() -> None:
     )
     r.add_argument(
         "--only",
-        choices=["speech", *SPEECH_SPLIT],
+        choices=["speech", *SPEECH_SPLIT, "synthetic_talk_dev"],
         default=None,
-        help="make and recognise only these speech recordings (needs --speech); the rest of the cache stays",
+        help="make and recognise only these recordings (speech sets: needs --speech); the rest of the cache stays",
     )
     r.add_argument("--force", action="store_true", help="redo what the cache has (with --only, those alone)")
     # the streaming recogniser's settings, as the [recognizer] table of `streampunct serve --config`

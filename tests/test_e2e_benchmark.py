@@ -112,7 +112,8 @@ def test_unit_tallies_follow_the_reference_tokens():
 
 
 def _speech_recordings() -> list[dict]:
-    return [{"name": n, "set": s} for s, names in SPEECH_SPLIT.items() for n in names]
+    talks = [{"name": n, "set": "synthetic_talk_dev"} for n in speech_names("synthetic_talk_dev")]
+    return [{"name": n, "set": s} for s, names in SPEECH_SPLIT.items() for n in names] + talks
 
 
 @pytest.mark.unit
@@ -127,7 +128,7 @@ def test_the_bootstrap_of_a_system_against_itself_is_zero():
     assert set(out) == set(SPEECH_SPLIT)
     for pairs in out.values():
         r = pairs["b"]
-        assert r["units"] == 4 * 3  # four recordings of three units
+        assert r["units"] == 4 * 3  # four recordings of three units (the talks are no speech set)
         for key in ("micro_f1", "wer"):
             assert r[key]["diff"] == 0 and r[key]["ci95"] == [0, 0] and r[key]["p_worse"] == 0
     # a system that writes no marks: its interval lies below zero
@@ -147,9 +148,11 @@ def test_the_speech_sets_are_fixed_disjoint_and_never_pooled():
     recordings = [{"name": "conv1", "set": "synthetic_conversation"}, *_speech_recordings()]
     compared = {"s": {r["name"]: c if r["set"] == "synthetic_conversation" else bad for r in recordings}}
     results = summarise(recordings, compared)["s"]
-    assert results["pooled"] == results["sets"]["synthetic_conversation"]  # the speech sets stay out
+    assert results["pooled"] == results["sets"]["synthetic_conversation"]  # speech sets and talks stay out
+    assert results["sets"]["synthetic_talk_dev"]["micro_f1"] == 0
     assert results["sets"]["speech_dev"]["micro_f1"] == results["sets"]["speech_test"]["micro_f1"] == 0
-    speech_only = summarise(_speech_recordings(), {"s": {n: c for n in speech_names("speech")}})["s"]
+    apart = [r["name"] for r in _speech_recordings()]
+    speech_only = summarise(_speech_recordings(), {"s": {n: c for n in apart}})["s"]
     assert "pooled" not in speech_only
     assert "| s | 100.0 | 100.0 |  |  |  |  | 0.0 | 0.0 |" in table({"s": speech_only}, list(SPEECH_SPLIT))
 

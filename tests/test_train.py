@@ -15,7 +15,7 @@ from streampunct.pos import Tagger
 from streampunct.punctuator import DEFAULT_CHECKPOINT
 from streampunct.text import LABEL_ID
 from streampunct.training.teacher import MixedAttention, TwoStreamTeacher, load_model, punctuator
-from streampunct.training.train import TrainConfig, rdrop_loss, train
+from streampunct.training.train import TrainConfig, distill_loss, label_loss, rdrop_loss, taught_loss, train
 
 from .conftest import hf_encoder
 
@@ -169,6 +169,56 @@ def test_distillation_follows_the_teacher(corpus, tmp_path):
 def test_distillation_checks_its_weights(corpus, tmp_path):
     with pytest.raises(ValueError, match="distill"):
         train(config(corpus, tmp_path / "run", teacher=str(DEFAULT_CHECKPOINT), distill=0.0))
+
+
+def test_taught_windows_learn_the_teacher_and_the_rest_their_labels():
+    """Distillation on the windows taught alone: none taught adds nothing; all taught is the loss of
+    every window distilled, ``(1 - d) * labels + d * teacher``; some taught, their words alone change."""
+    torch.manual_seed(0)
+    logits, teacher = torch.randn(3, 6, 4), torch.randn(3, 6, 4)
+    target = torch.randint(0, 4, (3, 6))
+    target[:, -2:] = -100
+    cfg = TrainConfig(train="", dev="", out="", distill=0.3)
+    keep = target != -100
+    none, every = torch.zeros(3, dtype=torch.bool), torch.ones(3, dtype=torch.bool)
+    assert taught_loss(logits, teacher, target, none, cfg) == 0
+    labels = label_loss(logits, target)
+    whole = labels + 0.3 * taught_loss(logits, teacher, target, every, cfg)
+    expected = 0.7 * labels + 0.3 * distill_loss(logits, teacher, keep, cfg.temperature)
+    assert torch.allclose(whole, expected)
+    some = torch.tensor([True, False, False])  # one window in three: its words, a third of the batch's
+    words = keep & some[:, None]
+    part = (
+        distill_loss(logits, teacher, words, 2.0) - label_loss(logits, target.masked_fill(~words, -100))
+    ) / 3
+    assert torch.allclose(taught_loss(logits, teacher, target, some, cfg), part)
+
+
+def test_only_the_taught_texts_windows_are_taught(corpus, tmp_path):
+    """``--taught`` text is trained beside ``--train``: a window is taught where it starts in it."""
+    from streampunct.pieces import WordPieces
+    from streampunct.training.train import Corpus, make_batches
+
+    (tmp_path / "taught.tsv").write_text("\n".join(f"ted{i % 7}\tO" for i in range(2000)) + "\n")
+    data = Corpus(
+        str(corpus / "train.tsv"),
+        WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", 3),
+        taught=str(tmp_path / "taught.tsv"),
+    )
+    assert len(data) == data.first_taught + 2000
+    cfg = config(corpus, "unused", window=40, batch=8, noise=0.0, teacher=str(DEFAULT_CHECKPOINT))
+    model_cfg = PunctModel.load(DEFAULT_CHECKPOINT).cfg
+    batches = make_batches(data, cfg, model_cfg, np.random.default_rng(0), model_cfg)
+    seen = set()
+    for _ in range(10):
+        b = next(batches)
+        for taught, target in zip(b.taught.tolist(), b.target):
+            marked = bool((target > 0).any())  # the taught text has no marks, every sentence here one
+            assert marked != taught
+            seen.add(taught)
+    assert seen == {True, False}
+    with pytest.raises(ValueError, match="teacher"):
+        train(config(corpus, tmp_path / "run", taught=str(tmp_path / "taught.tsv")))
 
 
 def test_window_engine_batches(corpus):

@@ -30,6 +30,16 @@ SPEECH_SPLIT = {
 # (name, voices, words a minute, seed); conv2 starts where conv1 stopped
 CONVERSATIONS = (("conv1", ("en-us+m3", "en-us+f3"), 150, 1), ("conv2", ("en-us+m1", "en-us+f2"), 175, 2))
 MONOLOGUE = ("monologue", "en-us+m7", 160)
+# Talks for fitting the live decision where the text model is strong (issue 74): espeak-ng reading
+# dev2012 (a dev set: no benchmark scores these) from these token offsets, past the first 30,000
+# words that choose checkpoints; (name, voice, words a minute, offset). A synthetic set of its own,
+# never pooled with human speech.
+TALK_DEV = (
+    ("talk_dev1", "en-us+m3", 150, 60_000),
+    ("talk_dev2", "en-us+f3", 170, 160_000),
+    ("talk_dev3", "en-gb+m1", 185, 260_000),
+)
+APART = (*SPEECH_SPLIT, "synthetic_talk_dev")  # the sets that never pool with the others
 
 
 # --- audio -------------------------------------------------------------------------------------
@@ -119,6 +129,22 @@ def make_monologue(ted: Path, tmp: Path) -> tuple[str, str, np.ndarray, dict]:
     return name, text, espeak(text, voice, wpm, tmp), {"voice": voice, "wpm": wpm, "tokens": n}
 
 
+def make_talks(dev2012: Path, tmp: Path) -> list[tuple[str, str, np.ndarray, dict]]:
+    """TALK_DEV: MONOLOGUE_WORDS words of dev2012 from each offset (up to a sentence end, from one)."""
+    tokens, labels = normalize_labeled(*read_iwslt(dev2012))
+    out = []
+    for name, voice, wpm, at in TALK_DEV:
+        while labels[at - 1] not in ("PERIOD", "QUESTION"):
+            at += 1
+        end = at + MONOLOGUE_WORDS
+        while labels[end - 1] not in ("PERIOD", "QUESTION"):
+            end += 1
+        text = render(tokens[at:end], labels[at:end])
+        meta = {"voice": voice, "wpm": wpm, "tokens": [at, end]}
+        out.append((name, text, espeak(text, voice, wpm, tmp), meta))
+    return out
+
+
 def join_clips(clips: Sequence[tuple[Path, Path]]) -> tuple[str, np.ndarray, dict]:
     """Clips (wav, txt) joined with CLIP_GAP_S of silence; their texts joined."""
     from faster_whisper import decode_audio
@@ -151,7 +177,9 @@ def recording_audio(rec: dict) -> np.ndarray:
 
 
 def speech_names(only: str | None) -> list[str]:
-    """The speech recordings ``record --only`` names (all of both sets for ``speech``)."""
+    """The recordings ``record --only`` names (all of both speech sets for ``speech``)."""
+    if only == "synthetic_talk_dev":
+        return [t[0] for t in TALK_DEV]
     return [n for s, names in SPEECH_SPLIT.items() if only in ("speech", s) for n in names]
 
 

@@ -16,11 +16,13 @@ import numpy as np
 
 from benchmarks.lib.e2e_audio import (
     CONVERSATIONS,
+    TALK_DEV,
     check_tools,
     clip_seconds,
     join_clips,
     make_conversations,
     make_monologue,
+    make_talks,
     recording_audio,
     speech_names,
     speech_recordings,
@@ -112,6 +114,15 @@ def _save(path: Path, rec: dict) -> None:
 def make_recordings(args, cache: Path) -> None:
     """Write each recording's wav and its JSON (name, set, text) once; with ``--only``, only the
     speech sets' JSON (their audio stays where it is)."""
+    talks = args.only == "synthetic_talk_dev"
+    if talks and (args.force or not all((cache / f"{t[0]}.json").is_file() for t in TALK_DEV)):
+        check_tools()
+        dev2012 = Path(args.data) / "iwslt" / "dev2012"
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, text, audio, meta in make_talks(dev2012, Path(tmp)):
+                _save_made(cache, name, "synthetic_talk_dev", text, audio, {**meta, "source": str(dev2012)})
+    if talks:
+        return
     if args.speech:
         wanted = speech_names(args.only or "speech")
         todo_speech = [n for n in wanted if args.force or not (cache / f"{n}.json").is_file()]
@@ -155,21 +166,26 @@ def make_recordings(args, cache: Path) -> None:
             made.append(("human_extra", "human_extra", text, audio, meta))
         else:
             print(f"{args.extra_human}: no NAME.wav/NAME.txt pairs; no extra human set", flush=True)
-    for name, set_name, text, audio, meta in made:
-        wav = cache / "audio" / f"{name}.wav"
-        write_wav(wav, audio)
-        rec = {
-            "name": name,
-            "set": set_name,
-            "text": text,
-            "wav": str(wav),
-            "seconds": round(len(audio) / SAMPLE_RATE, 2),
-            "meta": meta,
-            "streaming": {},
-            "offline": {},
-        }
-        _save(cache / f"{name}.json", rec)
-        print(f"{name}: {rec['seconds']:.0f} s, {len(text.split())} words -> {wav}", flush=True)
+    for made_one in made:
+        _save_made(cache, *made_one)
+
+
+def _save_made(cache: Path, name: str, set_name: str, text: str, audio: np.ndarray, meta: dict) -> None:
+    """A recording made here: its wav under ``cache/audio`` and its JSON, not yet recognised."""
+    wav = cache / "audio" / f"{name}.wav"
+    write_wav(wav, audio)
+    rec = {
+        "name": name,
+        "set": set_name,
+        "text": text,
+        "wav": str(wav),
+        "seconds": round(len(audio) / SAMPLE_RATE, 2),
+        "meta": meta,
+        "streaming": {},
+        "offline": {},
+    }
+    _save(cache / f"{name}.json", rec)
+    print(f"{name}: {rec['seconds']:.0f} s, {len(text.split())} words -> {wav}", flush=True)
 
 
 def recognise(

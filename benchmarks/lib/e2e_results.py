@@ -8,14 +8,14 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.lib.e2e_audio import SPEECH_SPLIT
+from benchmarks.lib.e2e_audio import APART, SPEECH_SPLIT
 from benchmarks.lib.recordings import SETS
 from streampunct.scoring import UNIT_TOKENS, metrics, paired, pool, unit_tallies
 
 
 def summarise(recordings: Sequence[dict], compared: dict) -> dict:
     """Metrics per system: per recording, per set, and pooled over the recordings of every set but
-    the speech sets (no "pooled" where there are none: the speech sets never pool)."""
+    those apart (the speech sets, the talks for fitting; no "pooled" where there are none)."""
     sets = [s for s in SETS if any(r["set"] == s for r in recordings)]
     set_of = {r["name"]: r["set"] for r in recordings}
     results: dict[str, dict] = {}
@@ -25,7 +25,7 @@ def summarise(recordings: Sequence[dict], compared: dict) -> dict:
             parts = [per_rec[r["name"]] for r in recordings if r["set"] == s and r["name"] in per_rec]
             if parts:
                 entry["sets"][s] = metrics(pool(parts))
-        pooled = [c for n, c in per_rec.items() if set_of[n] not in SPEECH_SPLIT]
+        pooled = [c for n, c in per_rec.items() if set_of[n] not in APART]
         if pooled:
             entry["pooled"] = metrics(pool(pooled))
         results[system] = entry

@@ -69,6 +69,7 @@ STREAM_ASR = "tiny.en"
 SETS = {
     "synthetic_conversation": "synthetic conversation",
     "synthetic_monologue": "synthetic monologue",
+    "synthetic_talk_dev": "synthetic talk dev",
     "human": "human",
     "human_extra": "human (extra)",
     "speech_dev": "speech dev",

@@ -76,6 +76,7 @@ class TrainConfig:
     freeze_encoder: bool = False
     tagger: str | None = None
     teacher: str | None = None
+    taught: str | None = None
     distill: float = 0.5
     temperature: float = 2.0
     window_share: float = 0.0
@@ -113,6 +114,8 @@ class TrainConfig:
         "tagger": "converted tagger folder (default: the one fetch-tagger installs), or its softmax "
         "weights alone (a .npy of Tagger.embedding), where the tagger is not at hand",
         "teacher": "distil a trained streampunct checkpoint folder (e.g. an MPNet model) into this one",
+        "taught": "word<TAB>LABEL text the teacher teaches on, trained beside --train: then only its "
+        "windows learn the teacher's probabilities (default: every window does)",
         "distill": "weight of the teacher's probabilities in the loss, 0 to 1 (the labels': the rest)",
         "temperature": "softening of the teacher's and the student's probabilities in distillation",
         "window_share": "share of batches that train the window engine, 0 to 1 (dev k=2 is then "
@@ -130,9 +133,21 @@ class Corpus:
     POS-fused model), for fast window sampling."""
 
     def __init__(
-        self, path: str, pieces: WordPieces, tags: str | None = None, teacher_pieces: WordPieces | None = None
+        self,
+        path: str,
+        pieces: WordPieces,
+        tags: str | None = None,
+        teacher_pieces: WordPieces | None = None,
+        taught: str | None = None,
     ):
         tokens, labels = normalize_labeled(*read_iwslt(path))
+        # windows that start from here on learn the teacher's probabilities: the taught text's
+        self.first_taught = len(tokens) if taught else 0
+        if taught:
+            if tags:
+                raise InputError("taught text has no POS tags: train a POS-fused model without --taught")
+            more = normalize_labeled(*read_iwslt(taught))
+            tokens, labels = tokens + more[0], labels + more[1]
         types: dict[str, int] = {}
         self.words = np.array([types.setdefault(t, len(types)) for t in tokens], dtype=np.int32)
         self.labels = np.array([LABEL_ID[lab] for lab in labels], dtype=np.int64)
@@ -185,6 +200,7 @@ class Batch(NamedTuple):
     target: torch.Tensor  # (B, W) label ids, -100 where no loss
     tags: torch.Tensor | None  # (B, W) POS tag ids, for a POS-fused model
     teacher_inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None  # in the teacher's pieces
+    taught: torch.Tensor  # (B,) whether each window learns the teacher's probabilities
 
 
 def make_batches(
@@ -223,7 +239,8 @@ def make_batches(
             else:
                 n = len(labs) - cut
                 target[b, :n] = torch.tensor(labs[:n])
-        yield Batch(k, (input_ids, word_pos, word_ends), target, tags, teacher_inputs)
+        taught = torch.tensor([ps[0] >= corpus.first_taught for ps, _ in windows])
+        yield Batch(k, (input_ids, word_pos, word_ends), target, tags, teacher_inputs, taught)
 
 
 class Batches(torch.utils.data.IterableDataset):
@@ -254,6 +271,21 @@ def distill_loss(
     s = F.log_softmax(student[keep].float() / temperature, dim=-1)
     t = F.log_softmax(teacher[keep].float() / temperature, dim=-1)
     return F.kl_div(s, t, log_target=True, reduction="batchmean") * temperature**2
+
+
+def taught_loss(
+    logits: torch.Tensor, teacher: torch.Tensor, target: torch.Tensor, taught: torch.Tensor, cfg: TrainConfig
+) -> torch.Tensor:
+    """What distillation adds to the label loss, per ``distill``: on the words of the windows taught,
+    the teacher's KL in place of their labels' cross-entropy, at the share of the batch's words
+    they are (every window taught: the loss is ``(1 - distill) * labels + distill * teacher``)."""
+    keep = target != -100
+    words = keep & taught[:, None]
+    if not words.any():
+        return logits.new_zeros(())
+    share = words.sum() / keep.sum()
+    own = label_loss(logits, target.masked_fill(~words, -100))
+    return share * (distill_loss(logits, teacher, words, cfg.temperature) - own)
 
 
 def evaluate_tokens(
@@ -437,6 +469,8 @@ def train(cfg: TrainConfig) -> Path:
 
     if cfg.teacher and not (0.0 < cfg.distill <= 1.0 and cfg.temperature > 0):
         raise InputError("distillation needs 0 < distill <= 1 and temperature > 0")
+    if cfg.taught and not cfg.teacher:
+        raise InputError("--taught is text a teacher teaches on: give --teacher too")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     out = Path(cfg.out)
@@ -473,7 +507,7 @@ def train(cfg: TrainConfig) -> Path:
         print(f"distilling from {cfg.teacher} ({teacher.n_params() / 1e6:.1f} M parameters)")
     teacher_cfg = teacher.cfg if teacher else None
     t0 = time.time()
-    corpus = Corpus(cfg.train, pieces, cfg.tags, teacher_pieces)
+    corpus = Corpus(cfg.train, pieces, cfg.tags, teacher_pieces, cfg.taught)
     dev_tokens, dev_labels = normalize_labeled(*read_iwslt(cfg.dev))
     dev_tags = load_tags(cfg.dev_tags, len(dev_tokens))[: cfg.dev_words].tolist() if cfg.dev_tags else None
     dev_tokens, dev_labels = dev_tokens[: cfg.dev_words], dev_labels[: cfg.dev_words]
@@ -564,8 +598,7 @@ def train(cfg: TrainConfig) -> Path:
                 taught = teacher(
                     *(t.to(device) for t in batch.teacher_inputs), k, tags if teacher.cfg.n_tags else None
                 )
-            kd = distill_loss(logits, taught, target != -100, cfg.temperature)
-            loss = (1 - cfg.distill) * loss + cfg.distill * kd
+            loss = loss + cfg.distill * taught_loss(logits, taught, target, batch.taught.to(device), cfg)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
