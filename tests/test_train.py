@@ -219,7 +219,7 @@ def test_train_makes_the_two_stream_teacher(corpus, tmp_path, parts):
     assert (model.masked is not None) == cfg.masked_stream and (model.fusion is not None) == (
         cfg.masked_stream and cfg.stream_fusion
     )
-    assert isinstance(model.layers[0].attn, MixedAttention) == cfg.interaction and model.pause_fusion is None
+    assert isinstance(model.layers[0].attn, MixedAttention) == cfg.interaction and not model.cfg.pause_hidden
     assert model.n_params() > (1.9 if cfg.masked_stream else 1.0) * (plain.n_params() - 1000)
     labels = punctuator(best, device="cpu").predict(["so", "what", "did", "you", "do"], lookahead=2)
     assert len(labels) == 5 and set(labels) <= {"O", "COMMA", "PERIOD", "QUESTION"}
