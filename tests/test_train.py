@@ -65,6 +65,10 @@ def test_train_continues_a_checkpoint(corpus, tmp_path):
     assert [r["step"] for r in history] == [2] and (best / "model.safetensors").is_file()
     labels = Punctuator.load(best, device="cpu").predict(["so", "what"])
     assert len(labels) == 2 and set(labels) <= {"O", "COMMA", "PERIOD", "QUESTION"}
+    # the checkpoint's pause fusion goes on beside the text model it was trained over
+    assert (best / "pauses.safetensors").read_bytes() == (
+        DEFAULT_CHECKPOINT / "pauses.safetensors"
+    ).read_bytes()
 
 
 def test_a_run_resumes_from_its_last_state(corpus, tmp_path, capsys):
