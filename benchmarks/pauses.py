@@ -56,7 +56,7 @@ def main() -> None:
         systems["whisper tiny.en own"].append(compare(rt, rl, *whisper_tokens(rec["words"])))
     for model in args.models:
         p = Punctuator.load(model, device="cpu")
-        timed = p.model.pause_fusion is not None
+        timed = p.decider.pause_fusion is not None
         runs = [(False, False)] + [(True, False)] * timed + [(True, True)] * p.model.cfg.pause_marks
         for mode, k in MODES:
             for pauses, marks in runs:

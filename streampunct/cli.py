@@ -227,7 +227,7 @@ def _calibrate_speech(args: argparse.Namespace) -> int:
         return 0
     print(f"calibrating {folder}'s pause fusion on {len(recordings)} recordings in {' '.join(args.speech)}")
     report = calibrate_speech(p, recordings, args.lookaheads, args.max_delay_ms, args.slots)
-    p.model.save_pauses(folder)
+    p.decider.save_pauses(folder)
     report["recordings"] = [path.stem for path in paths]
     path = _write_calibration(folder, {"speech": report})
     print(f"wrote {folder / 'pauses.safetensors'} and {path}")

@@ -74,9 +74,8 @@ def inputs(text: np.ndarray, fused: np.ndarray, pause: Sequence[float] | None, c
 
 class SpeechFusion:
     """``logits = inputs @ weights[slot] + bias[slot] + offsets[slot]`` (module docstring).
-    ``offsets`` are the decision offsets tuned for micro-F1 after the fit. ``trace``: while a dict,
-    each call records its inputs and slot there under the id of the word's cues and returns the
-    pause fusion's logits unchanged (what the fit reads)."""
+    ``offsets`` are the decision offsets tuned for micro-F1 after the fit. It decides in
+    :meth:`streampunct.decision.Decider.decide`, whose decisions keep its inputs (what the fit reads)."""
 
     def __init__(
         self,
@@ -89,7 +88,6 @@ class SpeechFusion:
         self.bias = np.zeros((len(SLOTS), N_LABELS)) if bias is None else bias
         self.offsets = np.zeros((len(SLOTS), N_LABELS)) if offsets is None else offsets
         self.report = report or {}
-        self.trace: dict[int, tuple[np.ndarray, int]] | None = None
 
     @staticmethod
     def identity() -> SpeechFusion:
@@ -102,22 +100,6 @@ class SpeechFusion:
     def logits(self, x: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """(N, INPUTS) inputs and (N,) slots -> (N, N_LABELS) logits, offsets included."""
         return np.einsum("ni,nil->nl", x, self.weights[slots]) + self.bias[slots] + self.offsets[slots]
-
-    def decide(
-        self,
-        text: np.ndarray,
-        fused: np.ndarray,
-        pause: Sequence[float] | None,
-        cues: Cues,
-        ahead: int | None,
-        deadline: bool,
-    ) -> np.ndarray:
-        """One decision's logits (N_LABELS,) from the text model's and the pause fusion's."""
-        x, slot = inputs(text, fused, pause, cues), slot_of(ahead, deadline)
-        if self.trace is not None:
-            self.trace[id(cues)] = (x, slot)
-            return fused
-        return self.logits(x[None], np.array([slot]))[0]
 
     # --- a checkpoint's hearing.json ----------------------------------------------------------
 

@@ -10,11 +10,12 @@ word of its window. The ``[CLS]`` token counts as word -1, so it obeys the same 
 The encoder is BERT's (MiniLM-L6) or MPNet's: MPNet adds a relative position bias per head, shared
 by every layer, and has no segment embedding (:meth:`PunctModel.from_encoder` reads either).
 
-A checkpoint is ``config.json`` (the :class:`ModelConfig`) plus ``model.safetensors`` (and
-``pauses.safetensors`` when it has pause fusion); it rebuilds the model with
-:meth:`PunctModel.load`. Weights are fp16, or int8 for the large matrices (``save(..., int8=True)``:
-``<name>.q8`` with an fp16 ``<name>.scale`` per ``Q8_GROUP`` weights of a row), which halves a
-checkpoint again; loading rebuilds fp32 weights either way.
+A checkpoint is ``config.json`` (the :class:`ModelConfig`) plus ``model.safetensors``; it rebuilds
+the model with :meth:`PunctModel.load`. Weights are fp16, or int8 for the large matrices
+(``save(..., int8=True)``: ``<name>.q8`` with an fp16 ``<name>.scale`` per ``Q8_GROUP`` weights of
+a row), which halves a checkpoint again; loading rebuilds fp32 weights either way. The evidence
+beside the text (``pauses.safetensors``, ``hearing.json``) is the decision's, not the model's:
+:class:`streampunct.decision.Decider` reads it from the same folder.
 """
 
 from __future__ import annotations
@@ -26,15 +27,11 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from .errors import CheckpointError, InputError
-from .hearing import SpeechFusion
-from .prosody import PauseFusion, n_features
-from .types import Cues
 
 __all__ = ["ModelConfig", "PunctModel", "layer_lookaheads", "window_limit"]
 
@@ -43,6 +40,7 @@ M = TypeVar("M", bound=nn.Module)
 
 Q8_GROUP = 32  # int8 checkpoints: one scale per this many weights of a row
 Q8_MIN_SIZE = 100_000  # matrices smaller than this stay fp16
+PAUSE_PREFIX = "pause_fusion."  # the pause fusion's weights in a checkpoint's files (streampunct.decision)
 
 
 @dataclass(frozen=True)
@@ -86,8 +84,8 @@ class ModelConfig:
     # engine="auto" takes the window engine from this lookahead on, the masked one below it:
     # calibrate sets it where the window engine starts to score higher on dev data.
     window_from: int = 1
-    # Pauses as evidence (streampunct.prosody): the width of the small network that corrects a
-    # decision's logits from its word times. 0: none, the text alone decides.
+    # Pauses as evidence (streampunct.prosody, read by streampunct.decision): the width of the small
+    # network that corrects a decision's logits from its word times. 0: none, the text alone decides.
     pause_hidden: int = 0
     # Whether that network also reads the mark each word arrived with (the recogniser's own).
     pause_marks: bool = False
@@ -362,8 +360,8 @@ class Encoder(nn.Module):
 
 
 class PunctModel(Encoder):
-    """The encoder and a classifier over each word's last piece (with POS fusion or pause fusion
-    where the checkpoint has them)."""
+    """The encoder and a classifier over each word's last piece (with POS fusion where the
+    checkpoint has it)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg)
@@ -377,45 +375,7 @@ class PunctModel(Encoder):
             else None
         )
         self.head = Linear(width, cfg.n_labels)
-        self.pause_fusion = (
-            PauseFusion(cfg.n_labels, cfg.pause_hidden, n_features(cfg.pause_marks, cfg.pause_continued))
-            if cfg.pause_hidden
-            else None
-        )
-        self.hearing: SpeechFusion | None = None  # hearing.json: the fusion with what was heard
         self.set_label_bias(cfg.label_bias, cfg.window_bias)
-
-    def with_pauses(
-        self,
-        logits: torch.Tensor,
-        features: Sequence[float] | None,
-        ahead: int | None,
-        silence: bool = False,
-        cues: Cues | None = None,
-    ) -> torch.Tensor:
-        """A decision's logits corrected by its pause features (``prosody.pause_features``), when
-        the checkpoint has pause fusion, the word has times and the decision sees a word after it,
-        the silence after it (``silence``: decided at its deadline, ``PunctStream``) or the
-        fusion reads the recogniser's marks (at k=0 the pause after the word is unknown, and the
-        rest alone did not pay: docs/conversation.md); else unchanged. A word's last token with
-        ``cues`` (what the recogniser heard at its end) is then decided by the checkpoint's
-        :class:`~streampunct.hearing.SpeechFusion`, where it has one."""
-        if self.pause_fusion is None or features is None:
-            return logits
-        fused = logits
-        if ahead != 0 or self.cfg.pause_marks or silence:
-            fused = self.pause_fusion.correct(logits, features, ahead)
-        if self.hearing is None or cues is None:
-            return fused
-        heard = self.hearing.decide(
-            logits.detach().float().cpu().numpy(),
-            fused.detach().float().cpu().numpy(),
-            features,
-            cues,
-            ahead,
-            silence,
-        )
-        return torch.from_numpy(np.asarray(heard, dtype=np.float32)).to(logits.device)
 
     def set_label_bias(
         self,
@@ -494,36 +454,17 @@ class PunctModel(Encoder):
 
     def save(self, directory: str | Path, dtype: torch.dtype = torch.float16, int8: bool = False) -> None:
         """``config.json`` and ``model.safetensors``: weights in ``dtype``, the large matrices in
-        int8 with ``int8`` (see the module's docstring). The pause fusion, trained on its own over
-        a frozen text model, goes to ``pauses.safetensors`` (float32, a few kB)."""
+        int8 with ``int8`` (see the module's docstring)."""
         from safetensors.torch import save_file
 
         d = Path(directory)
         self.save_config(d)
         state = {k: v.detach().to("cpu", torch.float32) for k, v in self.state_dict().items()}
-        state = {k: v for k, v in state.items() if not k.startswith("pause_fusion.")}
         state = _quantize(state) if int8 else state
         save_file(
             {k: v if v.dtype == torch.int8 else v.to(dtype).contiguous() for k, v in state.items()},
             str(d / "model.safetensors"),
         )
-        self.save_pauses(d)
-
-    def save_pauses(self, directory: str | Path) -> None:
-        """``pauses.safetensors`` alone: the pause fusion (none: the file goes)."""
-        from safetensors.torch import save_file
-
-        path = Path(directory) / "pauses.safetensors"
-        path.unlink(missing_ok=True)
-        if self.pause_fusion is not None:
-            state = self.pause_fusion.state_dict()
-            save_file(
-                {
-                    f"pause_fusion.{k}": v.detach().to("cpu", torch.float32).contiguous()
-                    for k, v in state.items()
-                },
-                str(path),
-            )
 
     def save_config(self, directory: str | Path) -> None:
         """``config.json`` alone (the decision offsets change nothing else)."""
@@ -537,14 +478,11 @@ class PunctModel(Encoder):
         try:
             model = cls(cls.config_of(d))
             state = load_file(str(d / "model.safetensors"))
-            if (d / "pauses.safetensors").is_file():
-                state.update(load_file(str(d / "pauses.safetensors")))
         except (OSError, ValueError, TypeError) as e:
             raise CheckpointError(f"cannot read checkpoint in {d}: {e}") from e
-        model = fit_state(model, _fuse_qkv(_dequantize(state)), d, device)
-        if (d / "hearing.json").is_file() and model.pause_fusion is not None:
-            model.hearing = SpeechFusion.load(d / "hearing.json")
-        return model
+        # a checkpoint written before the pause fusion had a file of its own keeps it here: the decision's
+        state = {k: v for k, v in state.items() if not k.startswith(PAUSE_PREFIX)}
+        return fit_state(model, _fuse_qkv(_dequantize(state)), d, device)
 
     @classmethod
     def config_of(cls, directory: Path) -> ModelConfig:

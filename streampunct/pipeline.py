@@ -52,6 +52,7 @@ from .text import without_mark
 from .types import SAMPLE_RATE, Cues, PunctEvent, Word
 
 if TYPE_CHECKING:
+    from .decision import OnDecision
     from .punctuator import Punctuator
 
 __all__ = [
@@ -340,17 +341,23 @@ def replay(
     lookahead: int | None = None,
     max_delay_ms: float | None = None,
     engine: str | None = None,
+    pauses: bool = True,
+    on_decision: OnDecision | None = None,
     **options: bool,
 ) -> list[dict[str, Any]]:
     """A recorded run's calls through a fresh stream of ``punctuator``, ticks included: each word
     committed, in order, with its final ``label`` and the recorded ``clock`` of the call that
     made it final. By default with the recording's own lookahead, time limit and engine (as the
-    server ran it); ``options``: :func:`calls_from_json`'s (marks, tentative, cues)."""
+    server ran it); ``pauses`` and ``on_decision``: the stream's (:meth:`Punctuator.stream`);
+    ``options``: :func:`calls_from_json`'s (marks, tentative, cues). The one replay loop: the
+    benchmarks, calibration and the hearing's fit read recordings through it."""
     settings, records = read_recording(recording) if isinstance(recording, str | Path) else recording
     stream = punctuator.stream(
         settings["lookahead"] if lookahead is None else lookahead,
         settings["max_delay_ms"] if max_delay_ms is None else max_delay_ms,
         engine or settings.get("engine", "auto"),
+        pauses,
+        on_decision,
     )
     out: list[dict[str, Any]] = []
     for record, call in zip(records, calls_from_json(records, **options)):

@@ -12,8 +12,8 @@ more thing at a word's deadline when no word follows it: the silence heard after
 to the deadline; the word is then decided with that silence as its pause (a time, no text). The
 cost is a few hundred multiply-adds per decision. It is optional: a word without times, or a checkpoint without ``pause_fusion``,
 decides from the text alone, exactly as before, and ``Punctuator.stream(pauses=False)`` turns it
-off. ``predict()`` on timed words applies the same function with the same lookahead, so a
-stream's final labels still equal ``predict()``'s.
+off. What a decision reads and when the fusion applies is :mod:`streampunct.decision`'s, for
+streams and ``predict()`` alike, so a stream's final labels still equal ``predict()``'s.
 
 The recogniser's own marks are evidence too (``pause_marks`` in a checkpoint's config): Whisper
 writes "Yeah." and "so," with marks that are precise where it sets them but that it often leaves
@@ -154,29 +154,6 @@ class PauseFusion(nn.Module):
             return logits
         f = torch.tensor([features], dtype=torch.float32)
         return self(logits.float()[None], f, torch.tensor([ahead_slot(ahead)]))[0]
-
-
-def token_features(
-    words: Sequence[Word],
-    token_words: Sequence[int],
-    ahead: Sequence[int | None],
-    marks: bool = False,
-    continued: bool = False,
-) -> list[list[float] | None]:
-    """The features of every token of a whole text (``token_words[t]``: token t's word), each
-    decided with ``ahead[t]`` tokens after it (None: offline), as a stream would see it."""
-    n = len(token_words)
-    out: list[list[float] | None] = []
-    for t in range(n):
-        w = token_words[t]
-        last = t + 1 == n or token_words[t + 1] != w
-        first = t == 0 or token_words[t - 1] != w
-        k = ahead[t]
-        seen = n - 1 - t if k is None else k
-        after = words[token_words[t + 1]] if last and seen >= 1 and t + 1 < n else None
-        before = words[w - 1] if first and w > 0 else None
-        out.append(pause_features(words[w], before, after, last, first, marks, continued))
-    return out
 
 
 # --- a pause model, for training data without real times -----------------------------------------

@@ -10,17 +10,18 @@ a POS-fused checkpoint). ``lookahead=None`` reads the whole context (offline).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
+from .decision import Decider, OnDecision, Place, places
 from .engines import make_engine
 from .errors import CheckpointError, InputError
 from .model import PunctModel
 from .pieces import WordPieces
-from .prosody import token_features
 from .stream import PunctStream
 from .text import LABELS, normalize_text, render
 from .types import ENGINES, MAX_LOOKAHEAD, Lookahead, Word, check_lookahead
@@ -62,11 +63,20 @@ class Punctuator:
     """Restores COMMA, PERIOD and QUESTION after words.
 
     ``lookahead=k`` decides each word from the words before it and at most ``k`` after it (the
-    streaming model); ``lookahead=None`` uses the whole context (offline).
+    streaming model); ``lookahead=None`` uses the whole context (offline). ``decider``: the
+    evidence beside the text (:mod:`streampunct.decision`); None: untrained evidence of the
+    model's config (:meth:`Decider.of <streampunct.decision.Decider.of>`), for a model built in memory.
     """
 
-    def __init__(self, model: PunctModel, pieces: WordPieces, tagger: str | Path | None = None):
+    def __init__(
+        self,
+        model: PunctModel,
+        pieces: WordPieces,
+        tagger: str | Path | None = None,
+        decider: Decider | None = None,
+    ):
         self.model = model.eval()
+        self.decider = Decider.of(model.cfg) if decider is None else decider
         self.pieces = pieces
         self.tagger_dir = tagger  # a converted tagger's folder; None: flair's, in the cache (fetch-tagger)
         self._tagger: Tagger | None = None  # a fused model's, loaded when first needed or by prepare()
@@ -131,7 +141,15 @@ class Punctuator:
             if model.head.weight.device.type != "cpu":
                 raise InputError("int8 is for the transformer models (default, base) on the CPU")
             model.quantize_int8()
-        return cls(model, WordPieces(d / "vocab.txt", model.cfg.max_pieces), tagger)
+        return cls(
+            model, WordPieces(d / "vocab.txt", model.cfg.max_pieces), tagger, Decider.load(d, model.cfg)
+        )
+
+    def deciding_with(self, decider: Decider) -> Punctuator:
+        """This punctuator (its model, word pieces and tagger, shared) deciding with other evidence."""
+        other = copy.copy(self)
+        other.decider = decider
+        return other
 
     @property
     def device(self) -> torch.device:
@@ -143,6 +161,7 @@ class Punctuator:
         lookahead: int | None = None,
         engine: str = "auto",
         pauses: bool = True,
+        on_decision: OnDecision | None = None,
     ) -> list[str]:
         """One label per word (O, COMMA, PERIOD or QUESTION): the mark that follows it.
 
@@ -151,24 +170,32 @@ class Punctuator:
         masked or the window way (see the module's docstring); offline it changes nothing. Words
         with times (:class:`Word`) also give their pauses as evidence, when the checkpoint has
         pause fusion and ``pauses`` is on (:mod:`streampunct.prosody`), as a stream does.
+        ``on_decision`` sees each token's decision with its word's index, in order (a stream's hook).
         """
         if isinstance(words, str):
             raise InputError("predict() takes a list of words; use punctuate() for a string")
         check_lookahead(lookahead)
         timed = [w if isinstance(w, Word) else Word(w) for w in words]
         tokens, source = normalize_text([w.text for w in timed])
-        token_labels = self._label(tokens, lookahead, engine, timed if pauses else None, source)
+        token_labels = self._label(tokens, lookahead, engine, timed if pauses else None, source, on_decision)
         return _word_labels(len(words), source, [LABELS[i] for i in token_labels])
 
     def stream(
-        self, lookahead: int = 2, max_delay_ms: float | None = None, engine: str = "auto", pauses: bool = True
+        self,
+        lookahead: int = 2,
+        max_delay_ms: float | None = None,
+        engine: str = "auto",
+        pauses: bool = True,
+        on_decision: OnDecision | None = None,
     ) -> PunctStream:
         """A stream that decides each word once ``lookahead`` words follow it, or ``max_delay_ms``
         after it ended on the recogniser's clock (see :mod:`streampunct.stream`). With ``pauses``
-        (and a checkpoint that has pause fusion), words with times give their pauses as evidence."""
+        (and a checkpoint that has pause fusion), words with times give their pauses as evidence.
+        ``on_decision`` sees each final decision with its word's index, in order."""
         policy = Lookahead(lookahead, max_delay_ms)
         engine_ = make_engine(self.model, engine, lookahead)
-        return PunctStream(engine_, self.pieces, policy, self.tagger, pauses)
+        decider = self.decider if pauses else self.decider.text_alone()
+        return PunctStream(engine_, self.pieces, policy, decider, self.tagger, on_decision)
 
     def punctuate(self, text: str, lookahead: int | None = None, engine: str = "auto") -> str:
         """Punctuated, capitalised text from unpunctuated text ("" for blank input)."""
@@ -191,25 +218,23 @@ class Punctuator:
         engine: str,
         words: Sequence[Word] | None = None,
         source: Sequence[int] = (),
+        on_decision: OnDecision | None = None,
     ) -> list[int]:
-        """Token labels; with ``words`` (``source[t]``: token t's word), their pauses too."""
-        decider = make_engine(self.model, engine, lookahead)
+        """Token labels; with ``words`` (``source[t]``: token t's word), their evidence too."""
+        engine_ = make_engine(self.model, engine, lookahead)
         if not tokens:
             return []
-        logits = decider.logits(self.pieces.encode(tokens), lookahead, self.tags(tokens, lookahead))
-        if words is not None and self.model.pause_fusion is not None:
-            n = len(tokens)
-            ahead = [None if lookahead is None else min(lookahead, n - 1 - t) for t in range(n)]
-            cfg = self.model.cfg
-            features = token_features(words, source, ahead, cfg.pause_marks, cfg.pause_continued)
-            cues = [words[w].cues if t + 1 == n or source[t + 1] != w else None for t, w in enumerate(source)]
-            logits = torch.stack(
-                [
-                    self.model.with_pauses(row, f, a, cues=c)
-                    for row, f, a, c in zip(logits, features, ahead, cues)
-                ]
-            )
-        return logits.argmax(-1).tolist()
+        logits = engine_.logits(self.pieces.encode(tokens), lookahead, self.tags(tokens, lookahead))
+        n = len(tokens)
+        ahead = [None if lookahead is None else min(lookahead, n - 1 - t) for t in range(n)]
+        at: Sequence[Place | None] = [None] * n if words is None else places(words, source, ahead)
+        labels = []
+        for t, (row, a) in enumerate(zip(logits, ahead)):
+            decision = self.decider.decide(row, at[t], a)
+            if on_decision is not None:
+                on_decision(source[t], decision)
+            labels.append(decision.label)
+        return labels
 
 
 def _word_labels(n: int, source: Sequence[int], token_labels: Sequence[str]) -> list[str]:

@@ -11,8 +11,10 @@ When a word becomes final is the business of one small object, the commit policy
 clock has passed the word's end by ``max_delay_ms`` (which a pause of that length does too). A
 word decided early is decided with the lookahead it has: the words that had ended by its
 deadline. Without time limits firing, the final labels equal ``Punctuator.predict(words,
-lookahead=k)`` word for word. How a label is computed is the engine's business
-(:mod:`streampunct.engines`): the stream holds the words and asks its engine for every decision.
+lookahead=k)`` word for word. How a label is computed is the business of the engine
+(:mod:`streampunct.engines`: the text model's logits) and of the decider
+(:mod:`streampunct.decision`: the evidence of the words' times and cues): the stream holds the
+words and asks them for every decision.
 
 A push may also carry the recogniser's current guess after its words (``tentative``): lookahead
 for the words before it, never final, replaced by the next call. Their marks become final sooner,
@@ -39,17 +41,15 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import torch
-
-from .engines import Logits, Work, compute_many
+from .decision import Decider, OnDecision, Place, place
+from .engines import Work, compute_many
 from .errors import InputError
 from .model import PunctModel
 from .pieces import WordPieces
-from .prosody import pause_features
 from .text import LABELS, normalize
 from .types import Lookahead, PunctEvent, Word
 
@@ -128,9 +128,12 @@ class PunctStream:
         engine: Engine,
         pieces: WordPieces,
         policy: Lookahead,
+        decider: Decider,
         tagger: Tagger | None = None,
-        pauses: bool = True,
+        on_decision: OnDecision | None = None,
     ):
+        """``decider``: the evidence beside the text (``Decider.text_alone()``: none);
+        ``on_decision``: called with each final decision and its word's index, in order."""
         model = engine.model
         if isinstance(model, PunctModel) and type(model) is not PunctModel:  # its forward is not the stream's
             raise InputError(
@@ -139,9 +142,8 @@ class PunctStream:
             )
         self.policy = policy
         self.engine = engine.name
-        # pause evidence from the words' times, when the checkpoint has it (streampunct.prosody)
-        self._model = engine.model
-        self.pauses = pauses and engine.model.pause_fusion is not None
+        self._decider = decider
+        self._on_decision = on_decision
         self.pieces = pieces
         self._engine = engine.stream(policy.words, tagger)
         self._words: list[Word] = []  # words from _word_base on; the last _tentative are tentative
@@ -159,9 +161,6 @@ class PunctStream:
         self._shown: dict[int, str] = {}  # provisional label last shown, by word
         self._clock = -math.inf
         self._finished = False
-        # called with a word's index after each decision of one of its tokens that read the words'
-        # times (calibration reads the pause fusion's decisions this way); None: no one listens
-        self.on_pause_decision: Callable[[int], None] | None = None
 
     # --- public ------------------------------------------------------------------------------
 
@@ -274,7 +273,10 @@ class PunctStream:
             ahead = self.policy.ahead(self._word_of(t), following, self._clock, flush)
             if ahead is None:
                 break
-            self._tok_label.append(self._label(t, ahead, self._engine.decide(t, ahead)))
+            decision = self._decider.decide(self._engine.decide(t, ahead), self._place(t, ahead), ahead)
+            if self._on_decision is not None:
+                self._on_decision(self._tok_word[t - base], decision)
+            self._tok_label.append(decision.label)
             self._final_tokens += 1
         events = self._finalise_words()
         events += self._provisional()
@@ -327,31 +329,19 @@ class PunctStream:
     def _word_of(self, t: int) -> Word:
         return self._words[self._tok_word[t - self._tok_base] - self._word_base]
 
-    def _label(self, t: int, ahead: int, logits: Logits) -> int:
-        """Token ``t``'s label from its logits and, with pauses, its words' times: the word before
-        it and, when ``ahead`` reaches it, the word after it (nothing beyond the lookahead); a
-        word's last token decided at its deadline with nothing after it reads the silence heard
-        after it instead (:meth:`_silence_after`)."""
-        if self.pauses:
-            w = self._tok_word[t - self._tok_base]
-            last = t + 1 == self._n_tokens or self._tok_word[t + 1 - self._tok_base] != w
-            # a token before the first one kept is an earlier word's (see _forget)
-            first = t == 0 or t - 1 < self._tok_base or self._tok_word[t - 1 - self._tok_base] != w
-            word = self._words[w - self._word_base]
-            after = self._word_of(t + 1) if last and ahead >= 1 else None
-            silence = self._silence_after(word, t) if last and ahead == 0 else None
-            before = self._words[w - 1 - self._word_base] if first and w > 0 else None
-            cfg = self._model.cfg
-            features = pause_features(
-                word, before, after or silence, last, first, cfg.pause_marks, cfg.pause_continued
-            )
-            cues = word.cues if last else None
-            logits = self._model.with_pauses(
-                torch.as_tensor(logits), features, ahead, silence is not None, cues
-            )
-            if self.on_pause_decision is not None:
-                self.on_pause_decision(w)
-        return int(logits.argmax())
+    def _place(self, t: int, ahead: int) -> Place:
+        """What token ``t``'s decision with ``ahead`` tokens after it may read of the words the
+        stream holds (:func:`~streampunct.decision.place`); at its word's deadline with nothing
+        after it, the silence heard after the word (:meth:`_silence_after`)."""
+        silence = self._silence_after(self._word_of(t), t) if ahead == 0 else None
+        return place(t, self._n_tokens, ahead, self._token_word, self._word_at, silence)
+
+    def _token_word(self, t: int) -> int:
+        """Token ``t``'s word; -1 for a token before the first one kept (an earlier word's, see _forget)."""
+        return self._tok_word[t - self._tok_base] if t >= self._tok_base else -1
+
+    def _word_at(self, index: int) -> Word:
+        return self._words[index - self._word_base]
 
     def _silence_after(self, word: Word, t: int) -> Word | None:
         """A word decided at its deadline with no token after it: the silence heard after it, up
@@ -397,7 +387,8 @@ class PunctStream:
         logits = self._engine.provisional(last_tokens, self._final_tokens)
         for t, row in zip(last_tokens, logits):
             i = self._tok_word[t - self._tok_base]
-            label = self._label(t, self._n_tokens - 1 - t, row)
+            ahead = self._n_tokens - 1 - t
+            label = self._decider.decide(row, self._place(t, ahead), ahead).label
             if self._shown.get(i) != LABELS[label]:
                 self._shown[i] = LABELS[label]
                 events.append(PunctEvent(i, self._words[i - self._word_base].text, LABELS[label], False))

@@ -98,7 +98,7 @@ def test_a_fused_model_without_tags_is_a_clear_error(fused, tagger_dir):  # the 
     with pytest.raises(InputError, match="fuses POS tags"):
         token_logits(fused.model, fused.pieces, ["hello", "there"], 2)
     with pytest.raises(InputError, match="fuses POS tags"):
-        PunctStream(MaskedEngine(fused.model), fused.pieces, Lookahead(2))
+        PunctStream(MaskedEngine(fused.model), fused.pieces, Lookahead(2), fused.decider)
     with pytest.raises(CheckpointError, match="6 POS tags"):
         fused.stream(lookahead=2)  # the tagger has 53 tags: this model cannot take them
 

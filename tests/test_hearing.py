@@ -37,8 +37,7 @@ def model() -> Punctuator:
     torch.manual_seed(1)
     shape = dict(n_layer=2, n_head=2, n_embd=32, n_inner=64, block=4, context=6, dropout=0.0)
     cfg = ModelConfig(**shape, pause_hidden=8, pause_marks=True)
-    m = PunctModel(cfg).eval()
-    return Punctuator(m, WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", cfg.max_pieces))
+    return Punctuator(PunctModel(cfg).eval(), WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", cfg.max_pieces))
 
 
 def period_fusion() -> SpeechFusion:
@@ -60,8 +59,7 @@ def heard(words: list[str], periods: set[int], marks: bool = True) -> list[Word]
 
 def with_hearing(fusion: SpeechFusion | None) -> Punctuator:
     p = model()
-    p.model.hearing = fusion
-    return p
+    return p.deciding_with(replace(p.decider, hearing=fusion))
 
 
 def test_the_blocks_are_the_inputs_the_fusion_reads():
@@ -274,6 +272,7 @@ def test_calibrate_fits_the_hearing_on_recordings_and_the_checkpoint_decides_wit
 
     ckpt = tmp_path / "ckpt"
     model().model.save(ckpt, dtype=torch.float32)
+    model().decider.save_pauses(ckpt)
     sh.copy(DEFAULT_CHECKPOINT / "vocab.txt", ckpt / "vocab.txt")
     rng = np.random.default_rng(0)
     paths = []
@@ -292,7 +291,7 @@ def test_calibrate_fits_the_hearing_on_recordings_and_the_checkpoint_decides_wit
     assert set(report["ablation"]) == set(BLOCKS)
     assert report["k=2"]["left_out"]["micro_f1"] > 90 > report["ablation"]["marks"]["micro_f1"]
     p = Punctuator.load(ckpt, device="cpu")
-    assert p.model.hearing is not None
+    assert p.decider.hearing is not None
     words = heard(TEXT, {4, 9})
     labels = p.predict(words, 2)[:-1]  # the last word, with nothing ahead, is slot 0's: not fitted here
     assert [i for i, label in enumerate(labels) if label == "PERIOD"] == [4, 9]

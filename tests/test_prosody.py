@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
 from streampunct import Punctuator
+from streampunct.decision import places
 from streampunct.errors import InputError
 from streampunct.model import ModelConfig, PunctModel
 from streampunct.pieces import WordPieces
@@ -24,7 +25,6 @@ from streampunct.prosody import (
     pause_features,
     synthetic_marks,
     synthetic_times,
-    token_features,
 )
 from streampunct.punctuator import DEFAULT_CHECKPOINT
 from streampunct.stream import Word
@@ -41,10 +41,10 @@ def timed_model(marks: bool = False, continued: bool = False) -> Punctuator:
     torch.manual_seed(1)
     shape = dict(n_layer=2, n_head=2, n_embd=32, n_inner=64, block=4, context=6, dropout=0.0)
     cfg = ModelConfig(**shape, pause_hidden=8, pause_marks=marks, pause_continued=continued)
-    model = PunctModel(cfg).eval()
+    p = Punctuator(PunctModel(cfg).eval(), WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", cfg.max_pieces))
     with torch.no_grad():
-        model.pause_fusion.out.weight.normal_(0, 3.0)
-    return Punctuator(model, WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", cfg.max_pieces))
+        p.decider.pause_fusion.out.weight.normal_(0, 3.0)
+    return p
 
 
 def timed(words, gaps, marks=None, capitals=None) -> list[Word]:
@@ -122,6 +122,7 @@ def test_marks_count_at_k0_and_can_be_turned_off():
 def test_a_checkpoint_keeps_its_pause_fusion(tmp_path):
     p = timed_model()
     p.model.save(tmp_path)
+    p.decider.save_pauses(tmp_path)
     (tmp_path / "vocab.txt").write_bytes((DEFAULT_CHECKPOINT / "vocab.txt").read_bytes())
     again = Punctuator.load(tmp_path, device="cpu")
     assert again.model.cfg.pause_hidden == 8
@@ -131,12 +132,12 @@ def test_a_checkpoint_keeps_its_pause_fusion(tmp_path):
     text = load_file(str(tmp_path / "model.safetensors"))
     assert not [k for k in text if k.startswith("pause_fusion")]
     assert set(load_file(str(tmp_path / "pauses.safetensors"))) == {
-        f"pause_fusion.{k}" for k in p.model.pause_fusion.state_dict()
+        f"pause_fusion.{k}" for k in p.decider.pause_fusion.state_dict()
     }
     # a checkpoint written before that, with the fusion inside model.safetensors, still loads
     (tmp_path / "pauses.safetensors").unlink()
     save_file(
-        {**text, **{f"pause_fusion.{k}": v for k, v in p.model.pause_fusion.state_dict().items()}},
+        {**text, **{f"pause_fusion.{k}": v for k, v in p.decider.pause_fusion.state_dict().items()}},
         str(tmp_path / "model.safetensors"),
     )
     assert Punctuator.load(tmp_path, device="cpu").predict(words, 2) == p.predict(words, 2)
@@ -223,7 +224,7 @@ def test_at_k0_the_silence_ends_where_the_recognisers_guess_starts():
 
 def test_token_features_follow_the_words_of_split_tokens():
     words = [Word("i", 0.0, 0.1), Word("don't", 0.5, 0.8), Word("know", 1.8, 2.0)]
-    feats = token_features(words, [0, 1, 1, 2], [None] * 4)
+    feats = [at.features(False, False) for at in places(words, [0, 1, 1, 2], [None] * 4)]
     assert feats[1][1] == 0.0 and feats[1][3] > 0  # "do": a pause before, none inside the word
     assert feats[2][1] == pytest.approx(np.log1p(10.0)) and feats[2][3] == 0.0  # "n't": 1 s after
 

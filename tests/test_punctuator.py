@@ -63,6 +63,9 @@ def test_recogniser_words_are_normalised(shipped):
 def test_save_load_round_trip(shipped, tmp_path):
     shipped.model.save(tmp_path)
     shutil.copy(DEFAULT_CHECKPOINT / "vocab.txt", tmp_path / "vocab.txt")
+    with pytest.raises(CheckpointError, match="no pauses.safetensors"):
+        Punctuator.load(tmp_path, device="cpu")  # the text model alone, its config with pause fusion
+    shipped.decider.save_pauses(tmp_path)  # the decision's evidence, beside it
     again = Punctuator.load(tmp_path, device="cpu")
     tokens = "we went to the market and then we came back home what a day".split()
     for k in (None, 1):

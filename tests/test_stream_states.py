@@ -30,10 +30,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from streampunct import InputError, Punctuator
+from streampunct.decision import place
 from streampunct.engines import make_engine
 from streampunct.model import ModelConfig, PunctModel
 from streampunct.pieces import WordPieces
-from streampunct.prosody import pause_features, token_features
 from streampunct.punctuator import DEFAULT_CHECKPOINT
 from streampunct.stream import PunctStream, Word
 from streampunct.text import LABELS, normalize, normalize_text
@@ -55,14 +55,14 @@ def tiny() -> Punctuator:
     cfg = ModelConfig(
         n_layer=6, n_head=2, n_embd=32, n_inner=64, block=4, context=6, dropout=0.0, pause_hidden=8
     )  # fmt: skip
-    model = PunctModel(cfg).eval()
+    p = Punctuator(PunctModel(cfg).eval(), WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", cfg.max_pieces))
     with torch.no_grad():  # labels that vary, so that a wrong decision shows
-        model.head.bias.copy_(torch.tensor([0.0, -0.2, -0.3, -0.6]))
-        model.pause_fusion.out.weight.normal_(0, 2.0)
+        p.model.head.bias.copy_(torch.tensor([0.0, -0.2, -0.3, -0.6]))
+        p.decider.pause_fusion.out.weight.normal_(0, 2.0)
     # Decision offsets for each lookahead and engine, as a calibrated checkpoint has them.
     offsets = [[0.0, 0.1 * j, -0.1 * j, 0.05 * j] for j in range(5)]
-    model.set_label_bias(offsets + [[0.0, 0.2, 0.1, 0.0]], offsets)
-    return Punctuator(model, WordPieces(DEFAULT_CHECKPOINT / "vocab.txt", cfg.max_pieces))
+    p.model.set_label_bias(offsets + [[0.0, 0.2, 0.1, 0.0]], offsets)
+    return p
 
 
 @functools.cache
@@ -271,20 +271,10 @@ class StreamMachine(RuleBasedStateMachine):
         t, ahead = mine[-1], len(tokens) - 1 - mine[-1]
         engine = make_engine(self.p.model, self.engine, self.k)
         logits = engine.window_logits(self.p.pieces.encode(tokens), t, ahead)
-        if self.p.model.pause_fusion is None:
-            return LABELS[int(logits.argmax())]
-        cfg = self.p.model.cfg
-        features = token_features(
-            list(seen), source, [ahead] * len(tokens), cfg.pause_marks, cfg.pause_continued
-        )[t]
-        if silence is not None:  # heard after the word, as a pause up to a word without text
-            first = source.index(i) == t
-            before = seen[i - 1] if first and i > 0 else None
-            after = Word("", silence, silence)
-            features = pause_features(
-                seen[i], before, after, True, first, cfg.pause_marks, cfg.pause_continued
-            )
-        return LABELS[int(self.p.model.with_pauses(logits, features, ahead, silence is not None).argmax())]
+        # with a silence (decided with nothing after it), heard after the word up to a word without text
+        after = None if silence is None else Word("", silence, silence)
+        at = place(t, len(tokens), ahead, source.__getitem__, seen.__getitem__, after)
+        return LABELS[self.p.decider.decide(logits, at, ahead).label]
 
 
 TestTinyStream = StreamMachine.TestCase

@@ -65,6 +65,10 @@ def test_train_continues_a_checkpoint(corpus, tmp_path):
     assert [r["step"] for r in history] == [2] and (best / "model.safetensors").is_file()
     labels = Punctuator.load(best, device="cpu").predict(["so", "what"])
     assert len(labels) == 2 and set(labels) <= {"O", "COMMA", "PERIOD", "QUESTION"}
+    # the checkpoint's pause fusion goes on beside the text model it was trained over
+    assert (best / "pauses.safetensors").read_bytes() == (
+        DEFAULT_CHECKPOINT / "pauses.safetensors"
+    ).read_bytes()
 
 
 def test_a_run_resumes_from_its_last_state(corpus, tmp_path, capsys):
@@ -269,7 +273,7 @@ def test_train_makes_the_two_stream_teacher(corpus, tmp_path, parts):
     assert (model.masked is not None) == cfg.masked_stream and (model.fusion is not None) == (
         cfg.masked_stream and cfg.stream_fusion
     )
-    assert isinstance(model.layers[0].attn, MixedAttention) == cfg.interaction and model.pause_fusion is None
+    assert isinstance(model.layers[0].attn, MixedAttention) == cfg.interaction and not model.cfg.pause_hidden
     assert model.n_params() > (1.9 if cfg.masked_stream else 1.0) * (plain.n_params() - 1000)
     labels = punctuator(best, device="cpu").predict(["so", "what", "did", "you", "do"], lookahead=2)
     assert len(labels) == 5 and set(labels) <= {"O", "COMMA", "PERIOD", "QUESTION"}

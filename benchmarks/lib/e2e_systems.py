@@ -12,13 +12,11 @@ from pathlib import Path
 
 from benchmarks.lib.e2e_recognise import OFFLINE_ASR
 from benchmarks.lib.recordings import STREAM_ASR, as_recording, load_recordings, recording_of, streamed_words
-from streampunct import Punctuator
+from streampunct import Punctuator, pipeline
 from streampunct.options import StreamOptions
-from streampunct.pipeline import calls_from_json
 from streampunct.processes import in_processes
 from streampunct.punctuator import SHIPPED_MODELS
 from streampunct.scoring import compare, reference, whisper_tokens, word_tokens
-from streampunct.stream import Push
 
 # The streamed words' time limit: the clients' default, in their recordings' settings (the other words
 # have none: predict's labels).
@@ -40,22 +38,17 @@ def replay(
     heard: bool = True,
 ) -> tuple[list[str], list[str]]:
     """A recording's calls (see :func:`stream_asr`) through a fresh stream of lookahead k, with
-    the recording's time limit and engine (``streampunct.pipeline.replay``'s, but with ``pauses``);
-    each word's final label. Without ``marks``, the recogniser's own marks are taken off its words
-    first (a recogniser that writes none); without ``provisional_lookahead``, no tentative words;
-    without ``heard``, no cues (what the recogniser heard at the words' ends)."""
-    settings, records = recording_of(asr)
-    kwargs: dict[str, object] = {"max_delay_ms": settings["max_delay_ms"], "engine": settings["engine"]}
-    if pauses is not None:
-        kwargs["pauses"] = pauses
-    stream = p.stream(lookahead, **kwargs)
-    final: dict[int, str] = {}
-    calls = calls_from_json(records, marks, provisional_lookahead, heard)
-    for call in calls:
-        final.update((e.index, e.label) for e in stream.run(call) if e.final)
-    words = [w.text for call in calls if isinstance(call, Push) for w in call.words]
-    assert len(final) == len(words), "every word gets one final label"
-    return word_tokens(words, [final[i] for i in range(len(words))])
+    the recording's time limit and engine (:func:`streampunct.pipeline.replay`; ``pauses`` None:
+    the stream's default); its words and their final labels as tokens. Without ``marks``, the
+    recogniser's own marks are taken off its words first (a recogniser that writes none); without
+    ``provisional_lookahead``, no tentative words; without ``heard``, no cues (what the
+    recogniser heard at the words' ends)."""
+    kwargs = {} if pauses is None else {"pauses": pauses}
+    out = pipeline.replay(
+        p, recording_of(asr), lookahead, **kwargs, marks=marks, tentative=provisional_lookahead, cues=heard
+    )
+    assert all("label" in w for w in out), "every word gets one final label"
+    return word_tokens([w["text"] for w in out], [w["label"] for w in out])
 
 
 def words_to_punctuate(recording: dict, words: str) -> dict | None:
@@ -88,7 +81,7 @@ def model_labels(models: Sequence[str]) -> dict[str, str]:
 
 
 def has_pause_fusion(p: Punctuator) -> bool:
-    return getattr(p.model, "pause_fusion", None) is not None
+    return p.decider.pause_fusion is not None
 
 
 def systems_for(
@@ -128,7 +121,7 @@ def systems_for(
                     on = {**systems[-1], "name": name + " marks=on", "marks": True}
                     systems[-1:] = {"both": [off, on], "on": [on], "off": [off]}[marks]
                 # the same without what the recogniser heard (only streamed words carry it)
-                if pz and words == "streamed" and getattr(p.model, "hearing", None) is not None:
+                if pz and words == "streamed" and p.decider.hearing is not None:
                     systems.insert(
                         -1, {**systems[-1], "name": systems[-1]["name"] + " heard=off", "heard": False}
                     )

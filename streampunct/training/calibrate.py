@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ..decision import Decision
 from ..engines import token_logits
 from ..errors import InputError
 from ..metrics import _prf
@@ -146,45 +147,24 @@ def retune_offline(p: Punctuator, tokens: Sequence[str], labels: Sequence[str]) 
 def _fused_decisions(
     p: Punctuator, records: Sequence[dict], lookahead: int, max_delay_ms: float | None, marks: bool = True
 ) -> tuple[list[str], dict[int, tuple[torch.Tensor, int]]]:
-    """One recording's calls through a fresh stream: its words, and for each word whose final
-    decision the pause fusion corrected, the corrected logits before the fusion's offsets and the
-    lookahead slot. The decisions are read where they are made: the fusion's correction, wrapped
-    for this stream's run, and the stream's ``on_pause_decision``."""
-    from ..pipeline import calls_from_json
-    from ..prosody import ahead_slot
-    from ..stream import Push
-    from ..types import Word
+    """One recording's calls through a fresh stream (:func:`streampunct.pipeline.replay`): its
+    words, and for each word whose final decision the pause fusion corrected, the corrected logits
+    before the fusion's offsets and the lookahead slot, read from the stream's ``on_decision``."""
+    from ..pipeline import replay
 
-    fusion = p.model.pause_fusion
+    fusion = p.decider.pause_fusion
     assert fusion is not None
-    stream = p.stream(lookahead, max_delay_ms)
     decided: dict[int, tuple[torch.Tensor, int]] = {}
-    seen: list[tuple[torch.Tensor, int]] = []
-    correct = fusion.correct
 
-    def capture(x: torch.Tensor, features: Sequence[float] | None, ahead: int | None) -> torch.Tensor:
-        out, slot = correct(x, features, ahead), ahead_slot(ahead)
-        seen.append((out - fusion.offsets[slot], slot))
-        return out
-
-    def decided_for(word: int) -> None:
-        if seen:  # a word's last decision is its last token's final one
-            decided[word] = seen[-1]
-        else:
+    def read(word: int, d: Decision) -> None:
+        if d.paused is None:  # a word's decision is its last token's
             decided.pop(word, None)
-        seen.clear()
+        else:
+            decided[word] = (d.paused - fusion.offsets[d.pause_slot], d.pause_slot)
 
-    setattr(fusion, "correct", capture)  # noqa: B010
-    stream.on_pause_decision = decided_for
-    words: list[str] = []
-    try:
-        for call in calls_from_json(records, marks):
-            stream.run(call)
-            if isinstance(call, Push):
-                words += [w.text if isinstance(w, Word) else w for w in call.words]
-    finally:
-        del fusion.correct
-    return words, decided
+    settings = {"lookahead": lookahead, "max_delay_ms": max_delay_ms}
+    words = replay(p, (settings, list(records)), marks=marks, on_decision=read)
+    return [w["text"] for w in words], decided
 
 
 @torch.no_grad()
@@ -204,7 +184,7 @@ def speech_decisions(
     from ..scoring import word_references
     from ..text import normalize
 
-    if p.model.pause_fusion is None:
+    if p.decider.pause_fusion is None:
         raise InputError("the model has no pause fusion to calibrate")
     logits, slots, gold, where = [], [], [], []
     for n, (text, records) in enumerate(recordings):
@@ -228,7 +208,7 @@ def calibrate_speech(
     log=print,
 ) -> dict[str, object]:
     """Tune the pause fusion's offsets of these lookahead ``slots`` for micro-F1 on these
-    recordings of recognised speech, and set them on ``p.model``. Each slot is tuned on the
+    recordings of recognised speech, and set them on ``p.decider``. Each slot is tuned on the
     decisions made with that many words ahead by streams at every one of ``lookaheads``, on the
     recogniser's words with its marks and without them (a recogniser that writes none), pooled:
     one set of offsets serves both. Slot 0 (nothing ahead) is left as trained by default: it is a
@@ -236,7 +216,7 @@ def calibrate_speech(
     it lost on the other on speech dev. Reports, per lookahead and marks, micro-F1 over the fused
     decisions before and after, in sample and left out: each recording scored with offsets tuned
     on the others (what the tuning is worth on speech it did not see)."""
-    fusion = p.model.pause_fusion
+    fusion = p.decider.pause_fusion
     if fusion is None:
         raise InputError("the model has no pause fusion to calibrate")
     rows = {

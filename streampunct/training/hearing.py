@@ -4,10 +4,11 @@ recognised speech, and what it is worth there, left out per recording.
 A recording is the calls the caption pipeline made on the punctuation stream
 (:func:`streampunct.pipeline.call_to_json`: the committed words with their times and cues, the
 provisional words, the pause clock), and its punctuated reference. Each recording runs through a
-stream as the server runs it, at each lookahead, with the fusion tracing (``SpeechFusion.trace``):
-every word's final decision gives its inputs and slot, and the reference's mark moved onto it
-(:func:`streampunct.scoring.compare`) its label. The decisions are the stream's own, made where
-the stream makes them: nothing is recomputed beside it.
+stream as the server runs it (:func:`streampunct.pipeline.replay`), at each lookahead, deciding
+as the pause fusion does: every word's final decision, read from the stream's ``on_decision``,
+gives the hearing's inputs and slot (:class:`~streampunct.decision.Decision`), and the
+reference's mark moved onto it (:func:`streampunct.scoring.compare`) its label. The decisions are
+the stream's own, made where the stream makes them: nothing is recomputed beside it.
 
 Per slot, a multinomial logistic model is fitted by L-BFGS with an L2 penalty that pulls it
 towards the pause fusion's decision (the identity: with little data it stays there), on the rows
@@ -20,18 +21,17 @@ decided by a fusion fitted on the others, and scored as a stream's words are
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import torch
 
+from ..decision import Decision
 from ..hearing import INPUTS, N_LABELS, SLOTS, SpeechFusion
-from ..pipeline import calls_from_json
+from ..pipeline import replay
 from ..scoring import compare, metrics, pool, reference, word_references, word_tokens
-from ..stream import Push
 from ..text import LABELS
-from ..types import Word
 from .calibrate import tune_offsets
 
 __all__ = ["Traced", "trace", "Rows", "rows_of", "fit", "decide", "held_out", "left_out", "BLOCKS"]
@@ -59,27 +59,19 @@ class Traced:
 
 
 def trace(p: Any, text: str, records: Sequence[dict], lookahead: int, max_delay_ms: float | None) -> Traced:
-    """``records`` (one recording's calls) through a fresh stream of ``p`` (a Punctuator whose model
-    has pause fusion) at ``lookahead``, the fusion tracing; ``text``: the punctuated reference."""
-    model = p.model
-    saved, model.hearing = model.hearing, SpeechFusion.identity()
-    model.hearing.trace = {}
-    try:
-        stream = p.stream(lookahead, max_delay_ms)
-        words: list[Word] = []
-        final: dict[int, str] = {}
-        for call in calls_from_json(records):
-            if isinstance(call, Push):
-                words += [w if isinstance(w, Word) else Word(w) for w in call.words]
-            final.update((e.index, e.label) for e in stream.run(call) if e.final)
-        traced = model.hearing.trace
-    finally:
-        model.hearing = saved
-    texts = [w.text for w in words]
-    labels = [final[i] for i in range(len(words))]
-    gold = word_references(text, texts)
-    rows = {i: traced[id(w.cues)] for i, w in enumerate(words) if w.cues is not None and id(w.cues) in traced}
-    return Traced(texts, labels, gold, rows)
+    """``records`` (one recording's calls) through a fresh stream of ``p`` (a Punctuator with pause
+    fusion) at ``lookahead``, without its hearing; ``text``: the punctuated reference."""
+    rows: dict[int, tuple[np.ndarray, int]] = {}
+
+    def read(word: int, d: Decision) -> None:
+        if d.heard is not None:  # a word's last token, with cues
+            rows[word] = (d.heard, d.slot)
+
+    settings = {"lookahead": lookahead, "max_delay_ms": max_delay_ms}
+    p = p.deciding_with(replace(p.decider, hearing=None))
+    words = replay(p, (settings, list(records)), on_decision=read)
+    texts = [w["text"] for w in words]
+    return Traced(texts, [w["label"] for w in words], word_references(text, texts), rows)
 
 
 @dataclass

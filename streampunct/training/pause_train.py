@@ -11,7 +11,7 @@ words also carry the marks a recogniser might have written
 checkpoint computes each token's logits, decision offsets included, at each lookahead as a stream
 decides it (``min(k, tokens left)``) and, with a time limit (``max_delay_ms``), the decisions a
 stream makes at a word's deadline with no word after it, which read the silence heard after the
-word (:meth:`streampunct.stream.PunctStream._label`); the fusion learns its correction by cross-entropy, then the
+word (:func:`streampunct.decision.place`); the fusion learns its correction by cross-entropy, then the
 output checkpoint is the input one with ``pause_hidden`` (and ``pause_marks``) set and the
 fusion's weights added.
 """
@@ -31,6 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..decision import Decider, Place, places
 from ..engines import token_logits
 from ..errors import InputError
 from ..metrics import score
@@ -38,15 +39,7 @@ from ..model import PunctModel
 from ..options import StreamOptions
 from ..pieces import WordPieces
 from ..processes import in_processes
-from ..prosody import (
-    N_FEATURES,
-    PauseFusion,
-    ahead_slot,
-    pause_features,
-    synthetic_marks,
-    synthetic_times,
-    token_features,
-)
+from ..prosody import N_FEATURES, PauseFusion, ahead_slot, synthetic_marks, synthetic_times
 from ..punctuator import resolve_device
 from ..text import LABEL_ID, LABELS, normalize_labeled, read_iwslt
 from ..types import Lookahead, Word
@@ -126,7 +119,7 @@ def _rows(model, pieces, segments, cfg, rng):
         at = {k: next(rows) for k in cfg.lookaheads}
         for k in cfg.lookaheads:
             ahead = [None if k is None else min(k, n - 1 - t) for t in range(n)]
-            features = token_features(words, list(range(n)), ahead, cfg.marks, cfg.continued)
+            features = [at.features(cfg.marks, cfg.continued) for at in places(words, list(range(n)), ahead)]
             logits.append(at[k])
             feats.append(torch.tensor(features, dtype=torch.float32))
             slots.append(torch.tensor([ahead_slot(a) for a in ahead]))
@@ -144,7 +137,7 @@ def _silences(words: list[Word], cfg: PauseTrainConfig) -> list[tuple[int, list[
     """The words a stream with a lookahead of k >= 1 decides at their deadline with no word after
     them (the next word ends after the deadline; the same for every k), with their features: the
     silence after the word up to the next word's start or the deadline, as
-    :meth:`~streampunct.stream.PunctStream._label` reads it (one word a token). A segment's last
+    :func:`~streampunct.decision.place` reads it (one word a token). A segment's last
     word is left out: the text goes on after it, unseen."""
     policy = Lookahead(1, cfg.max_delay_ms)
     out = []
@@ -153,9 +146,8 @@ def _silences(words: list[Word], cfg: PauseTrainConfig) -> list[tuple[int, list[
         if deadline is None or policy.ahead(word, [after], math.inf) != 0:
             continue
         until = deadline if after.start is None else min(after.start, deadline)
-        features = pause_features(
-            word, words[t - 1] if t else None, Word("", until, until), True, True, cfg.marks, cfg.continued
-        )
+        silence = Place(word, words[t - 1] if t else None, Word("", until, until), True, True, True)
+        features = silence.features(cfg.marks, cfg.continued)
         if features is not None:
             out.append((t, features))
     return out
@@ -267,10 +259,9 @@ def train_pauses(cfg: PauseTrainConfig) -> dict:
     timed = PunctModel(
         replace(model.cfg, pause_hidden=cfg.hidden, pause_marks=cfg.marks, pause_continued=cfg.continued)
     )
-    timed.load_state_dict(
-        {**model.state_dict(), **{f"pause_fusion.{k}": v for k, v in fusion.state_dict().items()}}
-    )
+    timed.load_state_dict(model.state_dict())
     timed.save(out)  # fp16: the text model's weights as they were read
+    Decider(fusion, None, cfg.marks, cfg.continued).save_pauses(out)
     report["seconds"] = round(time.time() - t0)
     (out / "pauses.json").write_text(
         json.dumps({**report, "config": cfg.__dict__}, indent=2, default=str) + "\n"

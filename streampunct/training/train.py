@@ -32,6 +32,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..decision import Decider
 from ..engines import label_tokens
 from ..errors import CheckpointError, DataFormatError, InputError
 from ..metrics import score
@@ -495,6 +496,8 @@ def train(cfg: TrainConfig) -> Path:
     if model.cfg.n_tags and not (cfg.tags and cfg.dev_tags):
         raise InputError("a POS-fused model trains on tagged text: give --tags and --dev-tags")
     tagger_dir = trained_tagger(cfg) if model.cfg.n_tags else None
+    # a continued checkpoint's pause fusion goes on beside the text model it was trained over
+    evidence = Decider.load(cfg.init, model.cfg) if cfg.init else Decider.of(model.cfg)
     model.to(device)
     pieces = WordPieces(vocab, model.cfg.max_pieces)
     teacher, teacher_pieces = None, None
@@ -621,6 +624,7 @@ def train(cfg: TrainConfig) -> Path:
             if improved:
                 best, bad_evals = metric, 0
                 model.save(out / "best")
+                evidence.save_pauses(out / "best")
                 shutil.copy(vocab, out / "best" / "vocab.txt")
                 if tagger_dir is not None and not (out / "best" / "tagger").exists():
                     shutil.copytree(tagger_dir, out / "best" / "tagger")
