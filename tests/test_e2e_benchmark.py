@@ -166,17 +166,16 @@ def test_the_paired_system_is_the_default_model_at_k2_as_the_server_runs_it():
     systems.append({**systems[-1], "name": "d", "pauses": True, "marks": False})
     systems.append({**systems[-1], "name": "e", "marks": True})
     assert server_system(systems) == "e"
+    assert server_system([{**systems[-1], "limit": False}]) is None  # the text model alone is not served
     assert server_system(systems[:3]) is None
     whisper = {"name": "whisper tiny.en streamed, own marks", "kind": "whisper"}  # no model, no pauses
     assert server_system([systems[1], whisper]) is None  # only other models scored: no pairing, no crash
 
 
-def test_scoring_in_worker_processes_gives_what_one_process_gives(tmp_path):
-    """score --workers: the configurations scored in spawned processes, the same results in the
-    same order as scored one after the other here."""
-    text = "Yes, I saw it. Did you like it? We went on Sunday, and it rained all day."
-    plain = "yes I saw it. did you like it we went on Sunday and it rained. all day".split()
-    words = [{"text": w, "start": 0.4 * i, "end": 0.4 * i + 0.3} for i, w in enumerate(plain)]
+def _streamed(plain: list[str], end: float) -> dict:
+    """A recorded stream of ``plain``: three words a push with the next two tentative, then a tick
+    at ``end`` before the last words, and the finish."""
+    words = _timed(plain)
     calls = [
         {
             "clock": 0.4 * i + 1.0,
@@ -186,8 +185,16 @@ def test_scoring_in_worker_processes_gives_what_one_process_gives(tmp_path):
         }
         for i in range(0, 12, 3)
     ]
-    calls += [{"clock": 7.0, "tick": 7.0}, {"clock": 7.0, "push": words[12:], "now": 7.0, "tentative": []}]
-    asr = as_recording([*calls, {"clock": 7.0, "finish": True}])
+    calls += [{"clock": end, "tick": end}, {"clock": end, "push": words[12:], "now": end, "tentative": []}]
+    return as_recording([*calls, {"clock": end, "finish": True}])
+
+
+def test_scoring_in_worker_processes_gives_what_one_process_gives(tmp_path):
+    """score --workers: the configurations scored in spawned processes, the same results in the
+    same order as scored one after the other here."""
+    text = "Yes, I saw it. Did you like it? We went on Sunday, and it rained all day."
+    plain = "yes I saw it. did you like it we went on Sunday and it rained. all day".split()
+    asr = _streamed(plain, 7.0)
     rec = {
         "name": "r",
         "set": "human",
@@ -216,6 +223,24 @@ def test_scoring_in_worker_processes_gives_what_one_process_gives(tmp_path):
     together = evaluate_parallel(args, systems, provisional_lookahead=True, workers=2)
     assert list(together) == [s["name"] for s in systems]
     assert together == alone
+
+
+def test_the_text_model_alone_on_the_streamed_words_waits_for_its_k_words():
+    """limit=off: the streamed words' calls (tentative words, a tick past the time limit) with no
+    time limit give ``predict()``'s labels on the committed words at that k, the text model alone;
+    with the limit, the words decided at the tick may differ, and it is a system of its own."""
+    plain = "yes I saw it did you like it we went on sunday and it rained all day".split()
+    asr = _streamed(plain, 9.0)
+    rec = {"name": "r", "set": "human", "text": "Yes, I saw it.", "seconds": 9.0, "offline": {}}
+    p = Punctuator.load("default", device="cpu")
+    systems, _ = systems_for({"default": p}, [2], "off")
+    assert [s["name"] for s in systems] == [
+        "streampunct default k=2 pauses=off limit=off",
+        "streampunct default k=2 pauses=off",
+    ]
+    out = evaluate([{**rec, "streaming": {"tiny.en": asr}}], systems, {"default": p})
+    alone = out[systems[0]["name"]]["r"]["hyp"]
+    assert alone == word_tokens(plain, p.predict(plain, lookahead=2, pauses=False))[1]
 
 
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng")

@@ -48,6 +48,16 @@ def table(results: dict, sets: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def recording_table(results: dict, recordings: Sequence[dict], sets: Sequence[str]) -> str:
+    """micro-F1 per recording of ``sets`` (the decision taken apart where each recording differs)."""
+    names = [r["name"] for r in recordings if r["set"] in sets]
+    lines = ["| system | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]
+    for system, e in results.items():
+        cells = [f"{e['recordings'][n]['micro_f1']:.1f}" if n in e["recordings"] else "" for n in names]
+        lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 # --- paired bootstrap (the speech sets) -----------------------------------------------------------
 
 
@@ -73,6 +83,7 @@ def server_system(systems: Sequence[dict]) -> str | None:
             s["pauses"] in (True, None)
             and s.get("marks", True)
             and s.get("heard", True)
+            and s.get("limit", True)
             and s.get("words") == "streamed"
         ):
             return s["name"]

@@ -36,16 +36,21 @@ def replay(
     marks: bool = True,
     provisional_lookahead: bool = True,
     heard: bool = True,
+    limit: bool = True,
 ) -> tuple[list[str], list[str]]:
     """A recording's calls (see :func:`stream_asr`) through a fresh stream of lookahead k, with
     the recording's time limit and engine (:func:`streampunct.pipeline.replay`; ``pauses`` None:
     the stream's default); its words and their final labels as tokens. Without ``marks``, the
     recogniser's own marks are taken off its words first (a recogniser that writes none); without
     ``provisional_lookahead``, no tentative words; without ``heard``, no cues (what the
-    recogniser heard at the words' ends)."""
+    recogniser heard at the words' ends); without ``limit``, no time limit (every word waits for
+    its k words)."""
     kwargs = {} if pauses is None else {"pauses": pauses}
+    settings, calls = recording_of(asr)
+    if not limit:
+        settings = {**settings, "max_delay_ms": None}
     out = pipeline.replay(
-        p, recording_of(asr), lookahead, **kwargs, marks=marks, tentative=provisional_lookahead, cues=heard
+        p, (settings, calls), lookahead, **kwargs, marks=marks, tentative=provisional_lookahead, cues=heard
     )
     assert all("label" in w for w in out), "every word gets one final label"
     return word_tokens([w["text"] for w in out], [w["label"] for w in out])
@@ -115,6 +120,8 @@ def systems_for(
                 if supported:
                     name += f" pauses={'on' if pz else 'off'}"
                 system = {"name": name, "kind": "streampunct", "model": m, "lookahead": k, "words": words}
+                if not pz and words == "streamed":  # the text model alone: the time limit's cost
+                    systems.append({**system, "name": name + " limit=off", "pauses": False, "limit": False})
                 systems.append({**system, "pauses": pz if supported else None})
                 if pz and reads_marks:  # the same without the recogniser's marks, then with them
                     off = {**systems[-1], "name": name + " marks=off", "marks": False}
@@ -169,6 +176,7 @@ def evaluate(
                     s.get("marks", True),
                     provisional_lookahead,
                     s.get("heard", True),
+                    s.get("limit", True),
                 )
             elif s["kind"] == "whisper_streamed":
                 hyp = whisper_tokens(streamed_words(r["streaming"][STREAM_ASR]))
