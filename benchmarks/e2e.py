@@ -187,13 +187,18 @@ def score_cmd(args) -> None:
     paired_system = args.paired_system or server_system(systems)
     if args.paired_system and args.paired_system not in compared:
         raise SystemExit(f"--paired-system {args.paired_system!r}: no such system was scored")
+    paired = next((s for s in systems if s["name"] == paired_system), {})
     against = [
         s["name"]
         for s in systems
         if s["kind"] == "whisper_streamed"
         or (s["kind"] == "whisper_offline" and s["asr"] in OFFLINE_ASR)
         or s.get("heard") is False  # the same stream without what the recogniser heard
-        or (s.get("limit") is False and s["model"] == "default" and s["lookahead"] == 2)  # text alone
+        # its model alone on the same words at its k, with no time limit
+        or (
+            s.get("limit") is False
+            and (s["model"], s["lookahead"]) == (paired.get("model"), paired.get("lookahead"))
+        )
     ]
     boot = (
         bootstrap(recordings, compared, paired_system, against, args.unit_tokens, args.draws, BOOTSTRAP_SEED)

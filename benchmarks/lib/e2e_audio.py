@@ -119,11 +119,16 @@ def make_conversations(conv_tsv: Path, tmp: Path) -> list[tuple[str, str, np.nda
     return out
 
 
-def make_monologue(ted: Path, tmp: Path) -> tuple[str, str, np.ndarray, dict]:
-    tokens, labels = normalize_labeled(*read_iwslt(ted))
-    n = MONOLOGUE_WORDS
+def sentence_end(labels: Sequence[str], n: int) -> int:
+    """The first n' >= n whose token n' - 1 ends a sentence: a cut there starts or ends one."""
     while labels[n - 1] not in ("PERIOD", "QUESTION"):
         n += 1
+    return n
+
+
+def make_monologue(ted: Path, tmp: Path) -> tuple[str, str, np.ndarray, dict]:
+    tokens, labels = normalize_labeled(*read_iwslt(ted))
+    n = sentence_end(labels, MONOLOGUE_WORDS)
     text = render(tokens[:n], labels[:n])
     name, voice, wpm = MONOLOGUE
     return name, text, espeak(text, voice, wpm, tmp), {"voice": voice, "wpm": wpm, "tokens": n}
@@ -134,11 +139,8 @@ def make_talks(dev2012: Path, tmp: Path) -> list[tuple[str, str, np.ndarray, dic
     tokens, labels = normalize_labeled(*read_iwslt(dev2012))
     out = []
     for name, voice, wpm, at in TALK_DEV:
-        while labels[at - 1] not in ("PERIOD", "QUESTION"):
-            at += 1
-        end = at + MONOLOGUE_WORDS
-        while labels[end - 1] not in ("PERIOD", "QUESTION"):
-            end += 1
+        at = sentence_end(labels, at)
+        end = sentence_end(labels, at + MONOLOGUE_WORDS)
         text = render(tokens[at:end], labels[at:end])
         meta = {"voice": voice, "wpm": wpm, "tokens": [at, end]}
         out.append((name, text, espeak(text, voice, wpm, tmp), meta))
