@@ -3,7 +3,8 @@ slowed and then refused like one that floods words, and the load it makes never 
 else; a client that sends ``end`` and hangs up with 600 words of long compute queued frees the
 server at once; ``/v1/asr`` past what the cores can recognise, while a ``/v1/punct`` stream loads
 the batcher, refuses the streams it cannot serve and gives every admitted one every word final and
-its ``end``, its socket read (its pings answered) throughout."""
+its ``end``, its socket read (its pings answered) throughout. Issue 76: empty ``words`` messages
+are slowed like any other."""
 
 from __future__ import annotations
 
@@ -95,6 +96,31 @@ def test_a_tick_flood_is_slowed_like_words_and_refuses_no_one_else(limited):
     assert replies[-1] == {"type": "end", "words": 0} and not [r for r in replies if r["type"] == "error"]
     assert seconds >= 0.8 * (n - 100) / 50, seconds
     assert during["punctuation"]["load"] < 0.5, during
+
+
+@pytest.mark.parametrize("words", [["word"], []], ids=["one word", "empty"])
+def test_words_messages_are_slowed_empty_or_not(limited, words):
+    """Issue 76: four connections sent 1.07 million empty ``words`` messages in 25 s, never slowed
+    (an empty message cost nothing against the rate), and a neighbour's p99 went from 0.77 s to
+    9 s. A words message costs one word at least, as a tick does: 300 of them and an ``end`` take
+    the client at least 4 s, empty or not."""
+    n = 300
+
+    async def go():
+        ws = await connect(limited + "/v1/punct", ping_interval=None)  # slowed on purpose
+        await ws.send(json.dumps({"type": "config", "lookahead": 2, "max_delay_ms": None}))
+        await ws.recv()
+        t0 = time.monotonic()
+        for _ in range(n):
+            await ws.send(json.dumps({"type": "words", "words": words}))
+        await ws.send(json.dumps({"type": "end"}))
+        replies = await asyncio.wait_for(replies_of(ws), 60)
+        return replies, time.monotonic() - t0
+
+    replies, seconds = asyncio.run(go())
+    assert replies[-1] == {"type": "end", "words": n * len(words)}
+    assert not [r for r in replies if r["type"] == "error"]
+    assert seconds >= 0.8 * (n - 100) / 50, seconds
 
 
 def test_a_client_that_sends_end_and_hangs_up_leaves_no_work_behind():

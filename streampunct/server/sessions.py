@@ -256,7 +256,7 @@ class PunctSession(Session):
             raise
         match msg:
             case P.Words(words) | P.Revise(_, words):
-                size = max(1, len(words))
+                size = max(1, len(words))  # an empty message costs as a word does
                 resent = isinstance(msg, P.Revise) and msg.index == self.refused
                 full = self.waiting and self.waiting + size > self.app.limits.max_waiting_words
                 if full or (self.refused is not None and not resent):
@@ -264,7 +264,7 @@ class PunctSession(Session):
                     await super().send(P.Error("busy", self.busy_message(), self.taken))  # at once
                     return False
                 self.refused = None
-                await self.pace(len(words), self.rate, "words")
+                await self.pace(size, self.rate, "words")
                 if isinstance(msg, P.Revise):
                     self.taken = min(self.taken, msg.index) + len(words)
                 else:
