@@ -3,7 +3,9 @@ slowed and then refused like one that floods words, and the load it makes never 
 else; a client that sends ``end`` and hangs up with 600 words of long compute queued frees the
 server at once; ``/v1/asr`` past what the cores can recognise, while a ``/v1/punct`` stream loads
 the batcher, refuses the streams it cannot serve and gives every admitted one every word final and
-its ``end``, its socket read (its pings answered) throughout."""
+its ``end``, its socket read (its pings answered) throughout. Issue 76: empty ``words`` messages
+are slowed like any other; an audio client that bursts and leaves takes its session with it, and
+a SIGTERM after it stops within its grace."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import shutil
+import signal
 import subprocess
 import time
 import urllib.request
@@ -97,6 +100,31 @@ def test_a_tick_flood_is_slowed_like_words_and_refuses_no_one_else(limited):
     assert during["punctuation"]["load"] < 0.5, during
 
 
+@pytest.mark.parametrize("words", [["word"], []], ids=["one word", "empty"])
+def test_words_messages_are_slowed_empty_or_not(limited, words):
+    """Issue 76: four connections sent 1.07 million empty ``words`` messages in 25 s, never slowed
+    (an empty message cost nothing against the rate), and a neighbour's p99 went from 0.77 s to
+    9 s. A words message costs one word at least, as a tick does: 300 of them and an ``end`` take
+    the client at least 4 s, empty or not."""
+    n = 300
+
+    async def go():
+        ws = await connect(limited + "/v1/punct", ping_interval=None)  # slowed on purpose
+        await ws.send(json.dumps({"type": "config", "lookahead": 2, "max_delay_ms": None}))
+        await ws.recv()
+        t0 = time.monotonic()
+        for _ in range(n):
+            await ws.send(json.dumps({"type": "words", "words": words}))
+        await ws.send(json.dumps({"type": "end"}))
+        replies = await asyncio.wait_for(replies_of(ws), 60)
+        return replies, time.monotonic() - t0
+
+    replies, seconds = asyncio.run(go())
+    assert replies[-1] == {"type": "end", "words": n * len(words)}
+    assert not [r for r in replies if r["type"] == "error"]
+    assert seconds >= 0.8 * (n - 100) / 50, seconds
+
+
 def test_a_client_that_sends_end_and_hangs_up_leaves_no_work_behind():
     """Today a client that ignored ``busy``, sent ``end`` and hung up left its 2,000 queued words
     computing for 133 s, and every new connection got 503 for minutes. A finishing session now
@@ -122,6 +150,58 @@ def test_a_client_that_sends_end_and_hangs_up_leaves_no_work_behind():
         asyncio.run(go())
     finally:
         stop_server(proc)
+
+
+# 160 s of silence, in messages of 32 s (a message is 1 MiB at most): all of it in the server's
+# queue at once, and read at its --audio-speed, 10 x real time, for about 10 s
+SILENCE = [bytes(2 * 16000 * 32)] * 5
+
+
+async def burst_and_leave(url: str, leave: str) -> None:
+    """A /v1/asr client that sends SILENCE in one burst and leaves: it closes, or drops (no close)."""
+    ws = await configured(url, path="/v1/asr")
+    for chunk in SILENCE:
+        await ws.send(chunk)
+    if leave == "close":
+        await ws.close()
+    else:
+        ws.transport.abort()
+
+
+@pytest.fixture(scope="module")
+def audio_server():
+    proc, url = start_server("--preload-asr")
+    yield url
+    stop_server(proc)
+
+
+@pytest.mark.parametrize("leave", ["close", "drop"])
+def test_an_audio_client_that_leaves_after_a_burst_leaves_no_session_behind(audio_server, leave):
+    """Issue 76: a client that sent 600 s of silence in one burst and left kept its session open,
+    reading and recognising what it had sent, with nobody to tell. The session now ends when its
+    client goes, whatever it was doing: the audio waiting is dropped."""
+
+    async def go():
+        await burst_and_leave(audio_server, leave)
+        gone = time.monotonic()
+        while health(audio_server)["streams"]:
+            assert time.monotonic() - gone < 3, "the session outlived its client"
+            await asyncio.sleep(0.1)
+
+    asyncio.run(go())
+
+
+def test_sigterm_after_an_audio_client_left_stops_within_the_grace():
+    """Issue 76: SIGTERM beside a session whose client had burst audio and left: the server hung
+    past its grace (SIGKILL). It now exits within the grace, 0."""
+    grace = 3
+    proc, url = start_server("--preload-asr", "--shutdown-grace-s", str(grace))
+    try:
+        asyncio.run(burst_and_leave(url, "drop"))
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=grace + 3) == 0  # the margin: the process's own exit
+    finally:
+        proc.kill()
 
 
 needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")

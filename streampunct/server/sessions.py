@@ -11,7 +11,8 @@ import contextlib
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from websockets.asyncio.server import ServerConnection
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from streampunct.server.app import App
 
 log = logging.getLogger("streampunct.server")
+T = TypeVar("T")
 
 
 def log_event(level: int, event: str, **fields: Any) -> None:
@@ -60,6 +62,7 @@ class Session:
         self.words_in = 0
         self.started = math.inf  # when the config was taken
         self.last_input: float | None = None  # when words (audio) were last taken
+        self.gone = asyncio.ensure_future(connection.wait_closed())  # the client has gone (run ends it)
 
     async def send(self, msg: P.Message) -> None:
         await self.connection.send(msg.to_json())
@@ -69,7 +72,8 @@ class Session:
             await self.send(P.Events(tuple(events)))
 
     async def run(self) -> None:
-        """Read and answer messages until the stream ends, a limit ends it, or the server stops."""
+        """Read and answer messages until the stream ends, a limit ends it, the server stops, or
+        the client goes."""
         limits = self.app.limits
         stop = asyncio.ensure_future(self.app.stopping.wait())
         opened = time.monotonic()
@@ -96,9 +100,19 @@ class Session:
                     return
         finally:
             stop.cancel()
+            self.gone.cancel()
 
     async def take(self, message: str | bytes) -> bool:
-        """Answer one message; True once the stream has ended (the connection is closed)."""
+        """Answer one message; True once the stream has ended (the connection is closed), or its
+        client has gone: that ends it however far behind its messages are (those waiting are
+        dropped, an answer waiting on the rate limit or for room for audio is cut short). A config
+        is answered whole: its stream opens."""
+        if self.cfg is None:
+            return await self.answer(message)
+        return await self.unless_gone(self.answer(message)) is not False  # None: gone
+
+    async def answer(self, message: str | bytes) -> bool:
+        """Answer one message, the client gone or not; True once the stream has ended."""
         try:
             if self.cfg is None:
                 await self.configure(P.Config.from_dict(P.parse(message), audio=self.audio))
@@ -177,21 +191,19 @@ class Session:
         if wait:
             await asyncio.sleep(wait)
 
-    async def unless_gone(self, awaitable: Any) -> bool:
+    async def unless_gone(self, awaitable: Coroutine[Any, Any, T]) -> T | None:
         """Await ``awaitable`` unless the client goes first (its connection closes): then it is
-        cancelled, and False. A session whose client has gone computes nothing more for it."""
+        cancelled (not started, if the client had gone), and None. A session whose client has gone
+        computes nothing more for it."""
         task = asyncio.ensure_future(awaitable)
-        gone = asyncio.ensure_future(self.connection.wait_closed())
         try:
-            await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not self.gone.done():
+                await asyncio.wait({task, self.gone}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            gone.cancel()
-        if not task.done():
-            task.cancel()
-            await asyncio.wait([task])
-            return False
-        task.result()
-        return True
+            if not task.done():  # gone, or this wait was cancelled: the task goes too
+                task.cancel()
+                await asyncio.wait([task])
+        return None if task.cancelled() else task.result()
 
     async def failed(self, what: str, who: str) -> None:
         """A task of this session (``what``) failed: logged and counted, the client told where the
@@ -256,7 +268,7 @@ class PunctSession(Session):
             raise
         match msg:
             case P.Words(words) | P.Revise(_, words):
-                size = max(1, len(words))
+                size = max(1, len(words))  # an empty message costs as a word does
                 resent = isinstance(msg, P.Revise) and msg.index == self.refused
                 full = self.waiting and self.waiting + size > self.app.limits.max_waiting_words
                 if full or (self.refused is not None and not resent):
@@ -264,7 +276,7 @@ class PunctSession(Session):
                     await super().send(P.Error("busy", self.busy_message(), self.taken))  # at once
                     return False
                 self.refused = None
-                await self.pace(len(words), self.rate, "words")
+                await self.pace(size, self.rate, "words")
                 if isinstance(msg, P.Revise):
                     self.taken = min(self.taken, msg.index) + len(words)
                 else:
