@@ -505,18 +505,28 @@ def overload():
         await asyncio.wait_for(reading, 30)
         seen["neighbour"] = (replies, neighbour.close_code, {i: arrived[i] - sent[i] for i in arrived})
         seen["hog_open"] = hog.close_code is None
-        for h in (hog, *others):
-            await h.close()
-        hog_reading.cancel()
-        seen["hog"] = hog_replies
         # a client arriving now, the server having computed all of the last 5 s: refused busy, it
-        # tries again as Retry-After says, and gets its stream once the load is down
+        # tries again as Retry-After says, and gets its stream once the load is down (the hogs
+        # leave once it has been refused: before, they could be gone and the load down first)
         late = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "streampunct", "words", "--url", url,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
-        out, err = await asyncio.wait_for(late.communicate(json.dumps({"words": WORDS[:6]}).encode()), 90)
-        seen["late"] = (late.returncode, out.decode(), err.decode())
+        assert late.stdin and late.stderr
+        late.stdin.write(json.dumps({"words": WORDS[:6]}).encode())
+        late.stdin.close()
+        told = b""
+        while b"trying again" not in told:
+            line = await asyncio.wait_for(late.stderr.readline(), 30)
+            if not line:
+                break
+            told += line
+        for h in (hog, *others):
+            await h.close()
+        hog_reading.cancel()
+        seen["hog"] = hog_replies
+        out, err = await asyncio.wait_for(late.communicate(), 90)
+        seen["late"] = (late.returncode, out.decode(), (told + err).decode())
 
     try:
         asyncio.run(go())
