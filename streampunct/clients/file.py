@@ -8,7 +8,7 @@ possible). Each caption line is printed when it is final, with its latency: the 
 of its last word in the audio to the moment the caption arrived, in audio seconds. At the end
 ``OUT.srt`` and ``OUT.vtt`` are written (``--out``, default: the audio file's name). A session lost
 on the way (the server failed or the connection dropped) still writes the captions received, says
-what happened in one line and exits with status 1.
+what happened in one line and exits with status 1; Ctrl-C writes those shown, exit status 130.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from streampunct import protocol as P
 from streampunct.captions import Caption
 from streampunct.clients.common import (
     ClientError,
+    Interrupted,
     Recognition,
     SessionLost,
     add_stream_args,
@@ -141,6 +142,8 @@ async def main(args: argparse.Namespace) -> int:
         result = await stream_file(args.url, audio, args.speed, config, show, args.token)
     except SessionLost as lost:
         raise keep_captions(lost, captions, prefix) from lost
+    except asyncio.CancelledError:  # Ctrl-C
+        raise keep_captions(Interrupted("interrupted"), captions, prefix) from None
     lat = result.latencies
     if lat and args.speed > 0:
         print(
