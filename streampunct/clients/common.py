@@ -8,6 +8,7 @@ import argparse
 import asyncio
 import contextvars
 import json
+import logging
 import os
 import signal
 import sys
@@ -287,6 +288,9 @@ async def _with_server(main: Callable[[argparse.Namespace], Any], args: argparse
         ) from e
     print("streampunct: loading the models in this process (--url to use a server) ...", file=sys.stderr)
     _SERVER.set("")
+    # The server's log is an operator's (/metrics counts its events); what a user needs of it (a
+    # skip, a refusal) comes in the protocol and the client says it. Its failures alone, on stderr.
+    logging.basicConfig(level=logging.ERROR, format="%(name)s: %(message)s", stream=sys.stderr)
     async with embedded(args.model, args.asr_model, args.device, args.int8) as (args.url, args.token):
         return await main(args)
 
