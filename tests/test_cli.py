@@ -279,3 +279,59 @@ def test_help_lists_the_users_commands_first_and_the_training_tools_apart(capsys
     assert listed[:4] == ["serve", "file", "mic", "words"], listed
     for tool in ("train", "train-pauses", "calibrate", "fetch-tagger", "prepare-conversation"):
         assert tool not in listed and re.search(rf"^  {tool} ", training, re.M), tool
+
+
+# --- a newcomer's slips (issue 77): one line each, no usage, no traceback ----------------------------
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["serve", "--port", "99999"],
+            "streampunct serve: error: argument --port: a port from 0 to 65535, not '99999'",
+        ),
+        (["serve", "--foo"], "streampunct serve: error: unrecognized arguments: --foo"),
+        (["file", "talk.wav", "--sped", "4"], "streampunct file: error: unrecognized arguments: --sped"),
+        (
+            ["words", "--lookahead", "two"],
+            "streampunct words: error: argument --lookahead/-k: invalid int value: 'two'",
+        ),
+        (["punctuate", "--bogus"], "streampunct: error: unrecognized arguments: --bogus"),
+        (["nonsense"], "streampunct: error: argument COMMAND: invalid choice: 'nonsense'"),
+    ],
+)
+def test_a_bad_flag_is_one_line_with_where_to_look_and_exit_status_2(capsys, argv, message):
+    """`serve --port 99999` was a 34-line traceback and exit status 1; a bad flag printed the whole
+    usage before its line."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    prog = message.split(": error:")[0]
+    assert e.value.code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(message) and err.rstrip().endswith(f"(see {prog} --help)"), err
+
+
+def test_a_port_in_use_is_one_line_and_exit_status_2(tmp_path):
+    """A second `streampunct serve` on a port already taken: one line that says so, exit status 2."""
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        serve = subprocess.run(
+            [sys.executable, "-m", "streampunct", "serve", "--port", str(port), "--device", "cpu"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).parent.parent,
+            timeout=120,
+        )
+    assert serve.returncode == 2, serve.stderr
+    lines = [line for line in serve.stderr.splitlines() if not line.startswith("{")]  # the JSON log aside
+    assert lines == [
+        f"streampunct serve: error: cannot listen on 127.0.0.1:{port}: address already in use "
+        "(another server there? another --port, or 0 for any free one)"
+    ], serve.stderr

@@ -42,6 +42,7 @@ from streampunct.clients.common import (
     stream_config,
     write_subtitles,
 )
+from streampunct.flags import Parser
 
 CHUNK_S = 0.25
 
@@ -157,7 +158,7 @@ async def main(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="streampunct file", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("audio", help="WAV, FLAC or MP3 file")

@@ -37,6 +37,7 @@ from streampunct.clients.common import (
     stream_config,
     write_subtitles,
 )
+from streampunct.flags import Parser
 
 END_WAIT_S = 30.0  # after Ctrl-C, how long the server may take to send the last captions
 
@@ -159,7 +160,7 @@ async def main(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="streampunct mic", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--out", default="captions", help="prefix of the .srt and .vtt files (default: captions)")

@@ -43,6 +43,7 @@ from streampunct.clients.common import (
     server_says,
     stream_config,
 )
+from streampunct.flags import Parser
 from streampunct.types import PunctEvent, Word
 
 
@@ -292,7 +293,7 @@ async def main(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="streampunct words", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("file", nargs="?", help="JSON lines (default: stdin)")

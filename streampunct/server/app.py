@@ -18,6 +18,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import errno
 import itertools
 import json
 import logging
@@ -42,7 +43,7 @@ from websockets.http11 import Request, Response
 
 from streampunct import Punctuator, StreamPunctError
 from streampunct import protocol as P
-from streampunct.flags import add_config_flags, add_int8_flag, flags_given
+from streampunct.flags import Parser, add_config_flags, add_int8_flag, flags_given, port
 from streampunct.options import (
     STREAMS_PER_CLIENT,
     TABLES,
@@ -470,7 +471,7 @@ def access_from_flags(args: argparse.Namespace) -> Access:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="streampunct serve",
         description="Run the streampunct websocket server. Its flags are an operator's; every other "
         "setting is a --config file's (docs/usage.md).",
@@ -478,7 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
     )
-    ap.add_argument("--port", type=int, default=8765, help="port (0: any free port)")
+    ap.add_argument("--port", type=port, default=8765, help="port (0: any free port)")
     ap.add_argument("--model", help="punctuation model: default, base (shipped) or a checkpoint folder")
     ap.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda if present)")
     add_int8_flag(ap)
@@ -549,11 +550,11 @@ def main(argv: list[str] | None = None) -> int:
             f"streampunct serve: error: cannot use {args.certfile} and {args.keyfile}: {e}", file=sys.stderr
         )
         return 2
-    except OSError as e:
-        print(
-            f"streampunct serve: error: cannot listen on {args.host}:{args.port}: {e.strerror or e}",
-            file=sys.stderr,
-        )
+    except OSError as e:  # asyncio's says the address again: the system's reason alone
+        why = os.strerror(e.errno).lower() if e.errno else str(e)
+        if e.errno == errno.EADDRINUSE:
+            why += " (another server there? another --port, or 0 for any free one)"
+        print(f"streampunct serve: error: cannot listen on {args.host}:{args.port}: {why}", file=sys.stderr)
         return 2
     return 0
 
