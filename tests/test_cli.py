@@ -211,6 +211,26 @@ def test_serve_help_shows_at_most_20_flags(capsys):
     assert not [flag for flag in flags if flag.startswith("--asr-") and flag != "--asr-model"]
 
 
+def test_serve_says_which_config_file_it_read_and_what_it_set(tmp_path):
+    """Issue 77: nothing said whether `serve --config` had read the file. One log line at start does:
+    the file's path and the settings it set."""
+    from tests.test_server import start_server, stop_server
+
+    config = tmp_path / "c.toml"
+    config.write_text("[recognizer]\nbeam_size = 2\n\n[limits]\nmax_load = 0.5\n")
+    proc, _ = start_server("--config", str(config))
+    stop_server(proc)
+    logs = [json.loads(line) for line in proc.stderr.read().splitlines() if line.startswith("{")]
+    read = [{k: v for k, v in e.items() if k not in ("ts", "level")} for e in logs if e["event"] == "config"]
+    assert read == [
+        {
+            "event": "config",
+            "path": str(config.resolve()),
+            "settings": ["recognizer.beam_size", "limits.max_load"],
+        }
+    ], logs
+
+
 @pytest.mark.unit
 def test_a_config_file_sets_a_field_of_each_table(tmp_path):
     from streampunct.options import FrontEndOptions, Limits, RecognizerOptions
@@ -293,6 +313,10 @@ def test_help_lists_the_users_commands_first_and_the_training_tools_apart(capsys
             "streampunct serve: error: argument --port: a port from 0 to 65535, not '99999'",
         ),
         (["serve", "--foo"], "streampunct serve: error: unrecognized arguments: --foo"),
+        (
+            ["serve", "--log-level", "verbose"],
+            "streampunct serve: error: argument --log-level: invalid choice",
+        ),
         (["file", "talk.wav", "--sped", "4"], "streampunct file: error: unrecognized arguments: --sped"),
         (
             ["words", "--lookahead", "two"],

@@ -70,7 +70,7 @@ def to_message(line: str, n: int) -> P.ClientMessage:
 
 
 # Words sent and not final yet beyond the lookahead, at most, where the server does not say its
-# --max-waiting-words (half of it where it does): a file sent as fast as the server computes is
+# max_waiting_words (half of it where it does): a file sent as fast as the server computes is
 # rarely refused `busy`.
 IN_FLIGHT = 1000
 

@@ -450,13 +450,17 @@ def options_from_args(
     ap: argparse.ArgumentParser, args: argparse.Namespace, tables: tuple[str, ...]
 ) -> dict[str, Any]:
     """The options of ``tables`` that ``--config`` and the flags set (a flag over the file), for a
-    server on ``args.host``; a bad setting ends the command: one line, exit status 2."""
+    server on ``args.host``; the file read is logged, a bad setting ends the command: one line,
+    exit status 2."""
     given = {"limits": flags_given(args, Limits)}
     try:
         config = read_config(args.config)
         options = options_from_config(config, tables, args.config or "flags", **given)
     except StreamPunctError as e:
         ap.exit(2, f"{ap.prog}: error: {e}\n")
+    if args.config is not None:  # which file, and what it set
+        settings = [f"{table}.{key}" for table, keys in config.items() for key in keys]
+        log_event(logging.INFO, "config", path=str(Path(args.config).resolve()), settings=settings)
     per_client = "max_streams_per_client" in {**config.get("limits", {}), **given["limits"]}
     if not per_client and not is_loopback(args.host):
         options["limits"] = dataclasses.replace(options["limits"], max_streams_per_client=STREAMS_PER_CLIENT)
@@ -489,7 +493,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="load the speech model at start, not at the first /v1/asr stream",
     )
-    ap.add_argument("--log-level", default="info", help="debug, info (the default), warning or error")
+    levels = ("debug", "info", "warning", "error")
+    ap.add_argument("--log-level", default="info", type=str.lower, choices=levels, help="default: info")
     ap.add_argument(
         "--record",
         metavar="DIR",
@@ -508,11 +513,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if bool(args.certfile) != bool(args.keyfile):
         ap.error("--certfile and --keyfile go together")
-    options = options_from_args(ap, args, tuple(TABLES))
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
     logging.getLogger("faster_whisper").setLevel(logging.WARNING)
+    options = options_from_args(ap, args, tuple(TABLES))
     cap_arenas()  # before the threads that would each take an arena start
     try:
         punctuator = Punctuator.load(
