@@ -113,6 +113,38 @@ def test_file_client_writes_subtitles(speech, tmp_path):
 
 
 @needs_espeak
+def test_file_at_speed_4_keeps_it_or_says_why_and_its_latency_is_seconds_after_the_speech(asr_server, speech):
+    """Issue 77: `file --speed 4` ran at real time and printed "212.9s late" (the wall clock times 4,
+    in audio seconds). Each caption's latency is the seconds from its last word's audio sent to the
+    caption, so no more than the run took; the run goes at about 4 times real time or says why not."""
+    t0 = time.perf_counter()
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "streampunct",
+            "file",
+            str(speech),
+            "--url",
+            asr_server,
+            "--speed",
+            "4",
+            "--no-subtitles",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+        timeout=300,
+    )
+    wall = time.perf_counter() - t0
+    assert out.returncode == 0, out.stderr
+    late = [float(s) for s in re.findall(r"^\[ *[\d.]+s, ([\d.]+)s late\]", out.stdout, re.MULTILINE)]
+    assert late and max(late) <= wall, (wall, out.stdout)
+    seconds = len(load_audio(str(speech))) / 16000
+    assert wall < seconds / 4 + 5 or "that --speed 4 needs" in out.stderr, (wall, out.stderr)
+
+
+@needs_espeak
 def test_the_file_clients_stdout_is_its_captions_and_no_server_log_reaches_the_terminal(tmp_path):
     """Issue 77: with the models in the client's process, the server's log events had no handler
     and fell to logging's last resort: a bare `asr_guard` line among the captions on the terminal

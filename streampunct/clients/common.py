@@ -201,10 +201,14 @@ def server_says(text: str, out: Any = None, prefix: str = "") -> None:
 class Recognition:
     """What a client says on stderr about the server's recognition of its audio: each skip
     (``lag``), and a warning once the stream's compute ratio passes WARN_COMPUTE_RATIO (again only
-    after it has fallen a tenth under it)."""
+    after it has fallen a tenth under it). Audio sent at ``speed`` times real time, over 1 (a
+    file's): instead, once the ratio passes 1 / ``speed``, that recognition is slower than that (a
+    pass takes at least ``min_chunk_s`` of the audio sent ahead of real time, so recognition goes
+    at about 1 / ratio times real time)."""
 
-    def __init__(self, out: Any = None, prefix: str = ""):
+    def __init__(self, out: Any = None, prefix: str = "", speed: float = 1.0):
         self.out, self.prefix = out, prefix  # prefix: "\n" past a line being redrawn
+        self.speed = speed
         self.warned = False
 
     def say(self, text: str) -> None:
@@ -218,13 +222,16 @@ class Recognition:
         ratio = getattr(msg, "compute_ratio", None)
         if ratio is None:
             return
-        if ratio >= WARN_COMPUTE_RATIO and not self.warned:
+        bound = WARN_COMPUTE_RATIO if self.speed <= 1 else 1 / self.speed
+        if ratio >= bound and not self.warned:
             self.warned = True
-            self.say(
-                f"recognition takes {ratio:.2f} s per second of this audio; past 1.0 it falls behind and "
-                "skips audio (a smaller --asr-model, or fewer streams on the server)"
-            )
-        elif ratio < 0.9 * WARN_COMPUTE_RATIO:
+            said = f"recognition takes {ratio:.2f} s per second of this audio"
+            if self.speed > 1:
+                said += f", more than the {bound:.2f} that --speed {self.speed:g} needs: the captions come as it recognises"
+            else:
+                said += "; past 1.0 it falls behind and skips audio (a smaller --asr-model, or fewer streams on the server)"
+            self.say(said)
+        elif ratio < 0.9 * bound:
             self.warned = False
 
 
