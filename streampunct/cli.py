@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DataFormatError, EmptyInputError, InputError, StreamPunctError
-from .flags import add_config_flags, add_int8_flag, config_from_flags, number_or_off
+from .flags import Parser, add_config_flags, add_int8_flag, config_from_flags, number_or_off
 from .options import StreamOptions
 from .types import ENGINES
 
@@ -316,7 +316,7 @@ def cmd_train_pauses(args: argparse.Namespace) -> int:
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; a training subcommand's flags (made from its config, which imports torch) are
     there only when ``command`` is that subcommand or None."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="streampunct", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
@@ -324,7 +324,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         sub.add_parser(name, help=help_text, add_help=False)
     training: dict[str, str] = {}
 
-    def tool(name: str, help_text: str) -> argparse.ArgumentParser:
+    def tool(name: str, help_text: str) -> Parser:
         """A training or data command: listed apart, after the user's."""
         training[name] = help_text
         return sub.add_parser(name, description=help_text)

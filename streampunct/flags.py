@@ -9,12 +9,20 @@ import dataclasses
 import types
 import typing
 from collections.abc import Collection
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = [
-    "add_config_flags", "add_int8_flag", "config_from_flags", "flag_value", "flags_given", "flags_of",
-    "number_or_off", "on_off",
+    "Parser", "add_config_flags", "add_int8_flag", "config_from_flags", "flag_value", "flags_given", "flags_of",
+    "number_or_off", "on_off", "port",
 ]  # fmt: skip
+
+
+class Parser(argparse.ArgumentParser):
+    """The commands' parser: a usage error is one line that says where to look, not the whole
+    usage before it (exit status 2, as argparse's)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def number_or_off(value: str) -> float | None:
@@ -25,6 +33,13 @@ def number_or_off(value: str) -> float | None:
         return float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"a number or off, not {value!r}") from None
+
+
+def port(value: str) -> int:
+    """A TCP port's flag: 0 (any free port) to 65535."""
+    if not value.isdigit() or int(value) > 65535:
+        raise argparse.ArgumentTypeError(f"a port from 0 to 65535, not {value!r}")
+    return int(value)
 
 
 def add_int8_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

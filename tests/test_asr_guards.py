@@ -176,3 +176,18 @@ def test_a_client_warns_once_the_compute_ratio_passes_its_bound_and_reports_each
     recognition.see(P.Lag.over(30.0, 39.5, 1.31))
     assert "skipped 9.5 s of audio (30.0 to 39.5 s)" in out.getvalue()
     assert out.getvalue().count("\n") == 3  # the skip; still warned about the ratio
+
+
+def test_a_file_sent_faster_than_real_time_is_told_when_recognition_cannot_keep_its_speed():
+    """Issue 77: `file --speed 4` went at real time and said nothing of why. A pass takes at least
+    min_chunk_s of the audio sent ahead, so recognition goes at about 1 / compute ratio times real
+    time: said once that is slower than --speed (a ratio of 0.2 keeps up with 5 times)."""
+    out = io.StringIO()
+    recognition = Recognition(out=out, speed=4)
+    for r in (None, 0.2, 0.24, 0.5, 0.6):
+        recognition.see(P.Recognised(0, (), (), r))
+    assert out.getvalue().count("\n") == 1, out.getvalue()
+    assert out.getvalue() == (
+        "server: recognition takes 0.50 s per second of this audio, more than the 0.25 that --speed 4 needs: "
+        "the captions come as it recognises\n"
+    )

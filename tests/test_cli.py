@@ -211,6 +211,26 @@ def test_serve_help_shows_at_most_20_flags(capsys):
     assert not [flag for flag in flags if flag.startswith("--asr-") and flag != "--asr-model"]
 
 
+def test_serve_says_which_config_file_it_read_and_what_it_set(tmp_path):
+    """Issue 77: nothing said whether `serve --config` had read the file. One log line at start does:
+    the file's path and the settings it set."""
+    from tests.test_server import start_server, stop_server
+
+    config = tmp_path / "c.toml"
+    config.write_text("[recognizer]\nbeam_size = 2\n\n[limits]\nmax_load = 0.5\n")
+    proc, _ = start_server("--config", str(config))
+    stop_server(proc)
+    logs = [json.loads(line) for line in proc.stderr.read().splitlines() if line.startswith("{")]
+    read = [{k: v for k, v in e.items() if k not in ("ts", "level")} for e in logs if e["event"] == "config"]
+    assert read == [
+        {
+            "event": "config",
+            "path": str(config.resolve()),
+            "settings": ["recognizer.beam_size", "limits.max_load"],
+        }
+    ], logs
+
+
 @pytest.mark.unit
 def test_a_config_file_sets_a_field_of_each_table(tmp_path):
     from streampunct.options import FrontEndOptions, Limits, RecognizerOptions
@@ -279,3 +299,63 @@ def test_help_lists_the_users_commands_first_and_the_training_tools_apart(capsys
     assert listed[:4] == ["serve", "file", "mic", "words"], listed
     for tool in ("train", "train-pauses", "calibrate", "fetch-tagger", "prepare-conversation"):
         assert tool not in listed and re.search(rf"^  {tool} ", training, re.M), tool
+
+
+# --- a newcomer's slips (issue 77): one line each, no usage, no traceback ----------------------------
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["serve", "--port", "99999"],
+            "streampunct serve: error: argument --port: a port from 0 to 65535, not '99999'",
+        ),
+        (["serve", "--foo"], "streampunct serve: error: unrecognized arguments: --foo"),
+        (
+            ["serve", "--log-level", "verbose"],
+            "streampunct serve: error: argument --log-level: invalid choice",
+        ),
+        (["file", "talk.wav", "--sped", "4"], "streampunct file: error: unrecognized arguments: --sped"),
+        (
+            ["words", "--lookahead", "two"],
+            "streampunct words: error: argument --lookahead/-k: invalid int value: 'two'",
+        ),
+        (["punctuate", "--bogus"], "streampunct: error: unrecognized arguments: --bogus"),
+        (["nonsense"], "streampunct: error: argument COMMAND: invalid choice: 'nonsense'"),
+    ],
+)
+def test_a_bad_flag_is_one_line_with_where_to_look_and_exit_status_2(capsys, argv, message):
+    """`serve --port 99999` was a 34-line traceback and exit status 1; a bad flag printed the whole
+    usage before its line."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    prog = message.split(": error:")[0]
+    assert e.value.code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(message) and err.rstrip().endswith(f"(see {prog} --help)"), err
+
+
+def test_a_port_in_use_is_one_line_and_exit_status_2(tmp_path):
+    """A second `streampunct serve` on a port already taken: one line that says so, exit status 2."""
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        serve = subprocess.run(
+            [sys.executable, "-m", "streampunct", "serve", "--port", str(port), "--device", "cpu"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).parent.parent,
+            timeout=120,
+        )
+    assert serve.returncode == 2, serve.stderr
+    lines = [line for line in serve.stderr.splitlines() if not line.startswith("{")]  # the JSON log aside
+    assert lines == [
+        f"streampunct serve: error: cannot listen on 127.0.0.1:{port}: address already in use "
+        "(another server there? another --port, or 0 for any free one)"
+    ], serve.stderr

@@ -2,7 +2,7 @@
 serve`, killed with SIGKILL) and against a small real websocket server that fails each stream the
 three ways a stream can end early (an `internal` error then close 1011, close 1011 alone, the TCP
 connection cut). Each client keeps what it received, says what happened in one line, exits with 1,
-and prints no traceback."""
+and prints no traceback. Nor when the user stops it: Ctrl-C keeps what was shown, exit status 130."""
 
 from __future__ import annotations
 
@@ -17,15 +17,16 @@ import threading
 import time
 import wave
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import jsonschema
 import pytest
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.server import ServerConnection, serve
 
 from streampunct.clients import file, words
-from tests.test_e2e import SENTENCES, needs_espeak, words_of
+from tests.test_e2e import SENTENCES, ctrl_c_reaches_it, needs_espeak, words_of
 from tests.test_server import WORDS, start_server, validate
 
 ROOT = Path(__file__).parent.parent
@@ -80,6 +81,11 @@ def fail_after_first_data(ws: ServerConnection, ending: str) -> None:
     ws.recv()  # the first audio chunk or words
     for msg in BEFORE_FAILING[path]:
         ws.send(json.dumps(msg))
+    if ending == "hang":  # nor the end of the stream answered: the client is left to give up
+        with suppress(ConnectionClosed):
+            for _ in ws:
+                pass
+        return
     if ending == "error":
         ws.send(json.dumps(INTERNAL))
     if ending in ("error", "close"):
@@ -90,7 +96,8 @@ def fail_after_first_data(ws: ServerConnection, ending: str) -> None:
 
 @contextmanager
 def failing_server(ending: str) -> Iterator[str]:
-    """A websocket server that fails every stream after its first data message, by ``ending``."""
+    """A websocket server that fails every stream after its first data message, by ``ending``
+    (``hang``: it then answers nothing, ``end`` included)."""
     with serve(lambda ws: fail_after_first_data(ws, ending), "127.0.0.1", 0) as server:
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
@@ -214,6 +221,46 @@ def test_mic_client_keeps_the_captions(ending, tmp_path):
     assert cues(out.with_suffix(".srt")) == cues(out.with_suffix(".vtt")) == texts
 
 
+def test_a_second_ctrl_c_in_the_mic_client_keeps_the_captions_shown(tmp_path):
+    """Issue 77: Ctrl-C ends the mic's stream and waits for the server's last words; a second one,
+    before a server that does not answer, exited 130 with no subtitles and nothing said. It
+    writes the captions shown, says so in one line, and exits with 130."""
+    pcm = tmp_path / "silence.pcm"
+    pcm.write_bytes(bytes(16000 * 2))
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "fake_mic"), str(ROOT)]),
+        "FAKE_MIC_PCM": str(pcm),
+    }
+    out = tmp_path / "live"
+    with failing_server("hang") as url:
+        mic = subprocess.Popen(
+            [sys.executable, "-m", "streampunct.clients.mic", "--url", url, "--out", str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            preexec_fn=ctrl_c_reaches_it,
+        )
+        try:
+            texts = [m["text"] for m in BEFORE_FAILING["/v1/asr"]]
+            for text in texts:  # each caption shown: a line of its own
+                assert text in first_line(mic.stdout, 30)
+            mic.send_signal(signal.SIGINT)
+            while not first_line(mic.stderr, 10).startswith("Stopping"):
+                pass
+            mic.send_signal(signal.SIGINT)
+            _, err = mic.communicate(timeout=30)
+        finally:
+            mic.kill()
+    assert mic.returncode == 130, err
+    line = one_line(err, "mic")
+    assert line == f"streampunct mic: interrupted (after 2 captions; wrote {out}.srt, {out}.vtt)"
+    assert err.strip().count("\n") == 0, err
+    assert cues(out.with_suffix(".srt")) == cues(out.with_suffix(".vtt")) == texts
+
+
 @pytest.fixture
 def speech(tmp_path) -> Path:
     wav = tmp_path / "speech.wav"
@@ -263,6 +310,40 @@ def test_file_client_when_the_asr_server_is_killed(speech, tmp_path):
     # nothing else on stderr but what the server said of its recognition (on a busy machine, that
     # its compute ratio passed the bound)
     assert [x for x in err.strip().splitlines() if not x.startswith("server: recognition")] == [line]
+
+
+@needs_espeak
+def test_ctrl_c_in_the_file_client_keeps_the_captions_shown(speech, tmp_path):
+    """Issue 77: Ctrl-C in `streampunct file` printed two tracebacks (a task's exception never
+    retrieved, SessionLost 1011) and wrote no subtitles. It writes the SRT and VTT of the captions
+    shown, says so in one line, and exits with 130 (the models in its own process, as a newcomer
+    runs it)."""
+    out = tmp_path / "talk"
+    client = subprocess.Popen(
+        [sys.executable, "-m", "streampunct", "file", str(speech), "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        preexec_fn=ctrl_c_reaches_it,
+    )
+    try:
+        first = first_line(client.stdout, 120)
+        assert "] " in first, first
+        client.send_signal(signal.SIGINT)
+        rest, err = client.communicate(timeout=60)
+    finally:
+        client.kill()
+    assert client.returncode == 130, err
+    texts = [s.split("] ", 1)[1] for s in (first + rest).splitlines() if "] " in s]
+    captions = f"{len(texts)} caption" + ("" if len(texts) == 1 else "s")
+    line = one_line(err, "file")
+    assert line == f"streampunct file: interrupted (after {captions}; wrote {out}.srt, {out}.vtt)"
+    assert cues(out.with_suffix(".srt")) == cues(out.with_suffix(".vtt")) == texts
+    # nothing else on stderr but the client's start and what it said of recognition
+    said = err.strip().splitlines()
+    assert [x for x in said if not x.startswith(("streampunct: loading", "recognition takes"))] == [line], err
 
 
 def test_words_client_when_the_punct_server_is_killed(tmp_path):

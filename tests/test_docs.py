@@ -64,3 +64,18 @@ def test_the_docs_stay_a_reference_under_1500_lines():
     tried goes in decisions.md one line each, not as a narrative (issue 50's bound)."""
     lines = sum(len(p.read_text().splitlines()) for p in (ROOT / "docs").glob("*.md"))
     assert lines < 1500, lines
+
+
+def test_the_serve_flags_in_protocol_md_are_flags_serve_takes():
+    """Issue 77: protocol.md listed `serve --idle-timeout-s` and other limits that `serve` refuses
+    (they are --config settings since issue 66). Every flag written as `--flag ...` there (its
+    generated results aside) is one of the real parser's."""
+    from streampunct.server.app import build_parser
+
+    text = (ROOT / "docs" / "protocol.md").read_text()
+    text = re.sub(r"<!-- server_load -->.*?<!-- /server_load -->", "", text, flags=re.DOTALL)
+    written = {
+        flag for span in re.findall(r"`(--[^`]*)`", text) for flag in re.findall(r"--[a-z][\w-]*", span)
+    }
+    taken = set(build_parser()._option_string_actions)  # every spelling of every flag
+    assert len(written) >= 10 and written <= taken, sorted(written - taken)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -109,6 +110,72 @@ def test_file_client_writes_subtitles(speech, tmp_path):
     assert vtt.startswith("WEBVTT\n\n00:00:0")
     lines = [line.split("] ", 1)[1] for line in out.stdout.splitlines() if "] " in line]  # "[  0.00s] text"
     check_transcript(lines)
+
+
+@needs_espeak
+def test_file_at_speed_4_keeps_it_or_says_why_and_its_latency_is_seconds_after_the_speech(asr_server, speech):
+    """Issue 77: `file --speed 4` ran at real time and printed "212.9s late" (the wall clock times 4,
+    in audio seconds). Each caption's latency is the seconds from its last word's audio sent to the
+    caption, so no more than the run took; the run goes at about 4 times real time or says why not."""
+    t0 = time.perf_counter()
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "streampunct",
+            "file",
+            str(speech),
+            "--url",
+            asr_server,
+            "--speed",
+            "4",
+            "--no-subtitles",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+        timeout=300,
+    )
+    wall = time.perf_counter() - t0
+    assert out.returncode == 0, out.stderr
+    late = [float(s) for s in re.findall(r"^\[ *[\d.]+s, ([\d.]+)s late\]", out.stdout, re.MULTILINE)]
+    assert late and max(late) <= wall, (wall, out.stdout)
+    seconds = len(load_audio(str(speech))) / 16000
+    assert wall < seconds / 4 + 5 or "that --speed 4 needs" in out.stderr, (wall, out.stderr)
+
+
+@needs_espeak
+def test_the_file_clients_stdout_is_its_captions_and_no_server_log_reaches_the_terminal(tmp_path):
+    """Issue 77: with the models in the client's process, the server's log events had no handler
+    and fell to logging's last resort: a bare `asr_guard` line among the captions on the terminal
+    (a loop, "no, no, no ...", cut by the recogniser's guard). stdout holds the captions alone,
+    stderr the client's own lines alone."""
+    wav = tmp_path / "loop.wav"
+    said = "I said no, no, no, no, no, no, no, no, no, no. Hello everyone, and thank you for coming today."
+    subprocess.run(["espeak-ng", "-v", "en-us", "-s", "140", "-g", "8", "-w", str(wav), said], check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "streampunct",
+            "file",
+            str(wav),
+            "--speed",
+            "0",
+            "--out",
+            str(tmp_path / "loop"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout and all(
+        re.fullmatch(r"\[ *\d+\.\d\ds\] \S.*", line) for line in out.stdout.splitlines()
+    )
+    own = ("streampunct: loading the models", "recognition takes", "wrote ")
+    assert [line for line in out.stderr.splitlines() if not line.startswith(own)] == [], out.stderr
 
 
 def ctrl_c_reaches_it() -> None:

@@ -1,6 +1,6 @@
 """What the clients share: connecting with clear errors, protocol messages, subtitle files, and one
-account of a session that ended before its ``end`` (the server failed or closed it, or the connection
-dropped), so that every client keeps what it received and says what happened in one line."""
+account of a session that ended before its ``end`` (the server failed or closed it, the connection
+dropped, or Ctrl-C), so that every client keeps what it received and says what happened in one line."""
 
 from __future__ import annotations
 
@@ -8,15 +8,18 @@ import argparse
 import asyncio
 import contextvars
 import json
+import logging
 import os
+import signal
 import sys
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
+from websockets.frames import CloseCode
 
 from streampunct import protocol as P
 from streampunct.captions import Caption, to_srt, to_vtt
@@ -54,7 +57,13 @@ class SessionLost(ClientError):
 
     def noting(self, *notes: str) -> SessionLost:
         """The same loss, its line also saying what the client kept."""
-        return SessionLost(self.reason, self.word, self.notes + notes)
+        return type(self)(self.reason, self.word, self.notes + notes)
+
+
+class Interrupted(SessionLost):
+    """Ctrl-C stopped the stream where it was. Printed as one line (no "error:"), exit status 130."""
+
+    exit_status = 130
 
 
 def add_stream_args(ap: argparse.ArgumentParser) -> None:
@@ -192,10 +201,14 @@ def server_says(text: str, out: Any = None, prefix: str = "") -> None:
 class Recognition:
     """What a client says on stderr about the server's recognition of its audio: each skip
     (``lag``), and a warning once the stream's compute ratio passes WARN_COMPUTE_RATIO (again only
-    after it has fallen a tenth under it)."""
+    after it has fallen a tenth under it). Audio sent at ``speed`` times real time, over 1 (a
+    file's): instead, once the ratio passes 1 / ``speed``, that recognition is slower than that (a
+    pass takes at least ``min_chunk_s`` of the audio sent ahead of real time, so recognition goes
+    at about 1 / ratio times real time)."""
 
-    def __init__(self, out: Any = None, prefix: str = ""):
+    def __init__(self, out: Any = None, prefix: str = "", speed: float = 1.0):
         self.out, self.prefix = out, prefix  # prefix: "\n" past a line being redrawn
+        self.speed = speed
         self.warned = False
 
     def say(self, text: str) -> None:
@@ -209,13 +222,16 @@ class Recognition:
         ratio = getattr(msg, "compute_ratio", None)
         if ratio is None:
             return
-        if ratio >= WARN_COMPUTE_RATIO and not self.warned:
+        bound = WARN_COMPUTE_RATIO if self.speed <= 1 else 1 / self.speed
+        if ratio >= bound and not self.warned:
             self.warned = True
-            self.say(
-                f"recognition takes {ratio:.2f} s per second of this audio; past 1.0 it falls behind and "
-                "skips audio (a smaller --asr-model, or fewer streams on the server)"
-            )
-        elif ratio < 0.9 * WARN_COMPUTE_RATIO:
+            said = f"recognition takes {ratio:.2f} s per second of this audio"
+            if self.speed > 1:
+                said += f", more than the {bound:.2f} that --speed {self.speed:g} needs: the captions come as it recognises"
+            else:
+                said += "; past 1.0 it falls behind and skips audio (a smaller --asr-model, or fewer streams on the server)"
+            self.say(said)
+        elif ratio < 0.9 * bound:
             self.warned = False
 
 
@@ -231,15 +247,22 @@ async def send_then_finish(
     ws: ClientConnection, outgoing: AsyncIterable[str | bytes], receiver: asyncio.Task[None]
 ) -> None:
     """Send every message of ``outgoing``, then finish; sending stops where the connection fails.
-    Input the client cannot read (``outgoing`` raises ClientError) is finished too, then raised."""
+    Input the client cannot read (``outgoing`` raises ClientError) is finished too, then raised.
+    Cancelled (Ctrl-C), it stops the receiver and leaves (close code 1001, going away)."""
     try:
-        with suppress(ConnectionClosed):
-            async for message in outgoing:
-                await ws.send(message)
-    except ClientError:
+        try:
+            with suppress(ConnectionClosed):
+                async for message in outgoing:
+                    await ws.send(message)
+        except ClientError:
+            await finish(ws, receiver)
+            raise
         await finish(ws, receiver)
+    except asyncio.CancelledError:
+        receiver.cancel()
+        await asyncio.gather(receiver, return_exceptions=True)  # how it ended: not an error now
+        await ws.close(CloseCode.GOING_AWAY)
         raise
-    await finish(ws, receiver)
 
 
 def write_subtitles(prefix: str, captions: list[Caption]) -> list[Path]:
@@ -272,8 +295,29 @@ async def _with_server(main: Callable[[argparse.Namespace], Any], args: argparse
         ) from e
     print("streampunct: loading the models in this process (--url to use a server) ...", file=sys.stderr)
     _SERVER.set("")
+    # The server's log is an operator's (/metrics counts its events); what a user needs of it (a
+    # skip, a refusal) comes in the protocol and the client says it. Its failures alone, on stderr.
+    logging.basicConfig(level=logging.ERROR, format="%(name)s: %(message)s", stream=sys.stderr)
     async with embedded(args.model, args.asr_model, args.device, args.int8) as (args.url, args.token):
         return await main(args)
+
+
+async def _interruptible(client: Awaitable[Any]) -> Any:
+    """Await ``client`` with each Ctrl-C (SIGINT) cancelling it, the second too: a client catches
+    the CancelledError where it keeps what it has shown (asyncio.run cancels at the first alone,
+    from Python 3.11; its second raises KeyboardInterrupt past the client). A process started with
+    SIGINT ignored (a background job) keeps it ignored."""
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    if task is None or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        return await client
+    try:
+        loop.add_signal_handler(signal.SIGINT, task.cancel)
+    except NotImplementedError:  # Windows: asyncio.run's own
+        return await client
+    try:
+        return await client
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
 
 
 def run_client(
@@ -283,17 +327,18 @@ def run_client(
     check: Callable[[argparse.Namespace], None] | None = None,
 ) -> int:
     """Parse arguments, ``check`` them (before any model loads), run the client's coroutine, turn
-    failures into one clear line."""
+    failures and Ctrl-C into one clear line."""
     args = ap.parse_args(argv)
     try:
         if check is not None:
             check(args)
-        return int(asyncio.run(_with_server(main, args)) or 0)
+        return int(asyncio.run(_interruptible(_with_server(main, args))) or 0)
     except ClientError as e:
-        print(f"{ap.prog}: error: {e}", file=sys.stderr)
+        print(f"{ap.prog}: {'' if isinstance(e, Interrupted) else 'error: '}{e}", file=sys.stderr)
         return e.exit_status
     except StreamPunctError as e:  # the embedded server's models
         print(f"{ap.prog}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130
+    except (KeyboardInterrupt, asyncio.CancelledError):  # before the client kept anything
+        print(f"{ap.prog}: interrupted", file=sys.stderr)
+        return Interrupted.exit_status

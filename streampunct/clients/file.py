@@ -4,11 +4,13 @@
 
 The file (WAV, FLAC, MP3: anything PyAV decodes) is resampled to 16 kHz mono and sent to /v1/asr
 in chunks, paced like live audio (``--speed 4`` sends four times faster, ``--speed 0`` as fast as
-possible). Each caption line is printed when it is final, with its latency: the time from the end
-of its last word in the audio to the moment the caption arrived, in audio seconds. At the end
-``OUT.srt`` and ``OUT.vtt`` are written (``--out``, default: the audio file's name). A session lost
-on the way (the server failed or the connection dropped) still writes the captions received, says
-what happened in one line and exits with status 1.
+possible; the server recognises it as fast as it can, and the client says when that is slower than
+``--speed``). Each caption line is printed when it is final, with its latency: the seconds from the
+end of its last word in the audio, as sent at ``--speed``, to the moment the caption arrived. At
+the end ``OUT.srt`` and ``OUT.vtt`` are written (``--out``, default: the audio file's name). A
+session lost on the way (the server failed or the connection dropped) still writes the captions
+received, says what happened in one line and exits with status 1; Ctrl-C writes those shown, exit
+status 130.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from streampunct import protocol as P
 from streampunct.captions import Caption
 from streampunct.clients.common import (
     ClientError,
+    Interrupted,
     Recognition,
     SessionLost,
     add_stream_args,
@@ -41,6 +44,7 @@ from streampunct.clients.common import (
     stream_config,
     write_subtitles,
 )
+from streampunct.flags import Parser
 
 CHUNK_S = 0.25
 
@@ -68,7 +72,7 @@ def load_audio(path: str) -> np.ndarray:
 @dataclass
 class Result:
     captions: list[Caption] = field(default_factory=list)
-    latencies: list[float] = field(default_factory=list)  # per caption, audio seconds
+    latencies: list[float] = field(default_factory=list)  # per caption, seconds after its speech was sent
     timeline: list[tuple[float, dict[str, Any]]] = field(default_factory=list)  # (audio clock, message)
     end: P.Finished | None = None
     started: float = 0.0  # time.monotonic() when the first audio was sent (audio clock 0)
@@ -95,7 +99,7 @@ async def stream_file(
     def audio_clock() -> float:  # audio seconds sent so far, by the wall clock
         return (time.perf_counter() - t0) * pace
 
-    recognition = Recognition()
+    recognition = Recognition(speed=speed)
 
     async def receive() -> None:
         async for msg in messages(ws):
@@ -104,7 +108,8 @@ async def stream_file(
             match msg:
                 case P.Captioned(c):
                     result.captions.append(c)
-                    late = max(0.0, audio_clock() - (c.end or 0.0)) if pace != float("inf") else float("nan")
+                    after = time.perf_counter() - t0 - (c.end or 0.0) / pace  # the wall clock's seconds
+                    late = max(0.0, after) if pace != float("inf") else float("nan")
                     result.latencies.append(late)
                     if on_caption:
                         on_caption(c, late)
@@ -141,6 +146,8 @@ async def main(args: argparse.Namespace) -> int:
         result = await stream_file(args.url, audio, args.speed, config, show, args.token)
     except SessionLost as lost:
         raise keep_captions(lost, captions, prefix) from lost
+    except asyncio.CancelledError:  # Ctrl-C
+        raise keep_captions(Interrupted("interrupted"), captions, prefix) from None
     lat = result.latencies
     if lat and args.speed > 0:
         print(
@@ -154,7 +161,7 @@ async def main(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="streampunct file", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("audio", help="WAV, FLAC or MP3 file")

@@ -6,7 +6,8 @@ Speak; the line being spoken shows each word in bright with its mark as soon as 
 final, the recogniser's guess after them dim; finished caption lines scroll up. Ctrl-C ends the stream: the server finalises what was said, and
 ``OUT.srt`` and ``OUT.vtt`` (default ``captions``) are written. A session lost on the way (the server
 failed or the connection dropped) still writes the captions received, says what happened in one
-line and exits with status 1.
+line and exits with status 1; a second Ctrl-C stops waiting for the last words: those shown are
+written, exit status 130.
 Needs sounddevice and PortAudio (``pip install sounddevice``; Debian: ``apt install libportaudio2``).
 """
 
@@ -23,6 +24,7 @@ from streampunct import protocol as P
 from streampunct.captions import Caption
 from streampunct.clients.common import (
     ClientError,
+    Interrupted,
     Recognition,
     SessionLost,
     add_stream_args,
@@ -35,6 +37,7 @@ from streampunct.clients.common import (
     stream_config,
     write_subtitles,
 )
+from streampunct.flags import Parser
 
 END_WAIT_S = 30.0  # after Ctrl-C, how long the server may take to send the last captions
 
@@ -145,6 +148,8 @@ async def main(args: argparse.Namespace) -> int:
         lost = SessionLost(f"the server did not answer the end of the stream in {END_WAIT_S:.0f} s")
     except SessionLost as e:
         lost = e
+    except asyncio.CancelledError:  # a second Ctrl-C
+        lost = Interrupted("interrupted")
     await ws.close()
     print(file=sys.stdout)
     if lost is not None:
@@ -155,7 +160,7 @@ async def main(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="streampunct mic", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--out", default="captions", help="prefix of the .srt and .vtt files (default: captions)")

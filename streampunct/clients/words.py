@@ -43,6 +43,7 @@ from streampunct.clients.common import (
     server_says,
     stream_config,
 )
+from streampunct.flags import Parser
 from streampunct.types import PunctEvent, Word
 
 
@@ -69,7 +70,7 @@ def to_message(line: str, n: int) -> P.ClientMessage:
 
 
 # Words sent and not final yet beyond the lookahead, at most, where the server does not say its
-# --max-waiting-words (half of it where it does): a file sent as fast as the server computes is
+# max_waiting_words (half of it where it does): a file sent as fast as the server computes is
 # rarely refused `busy`.
 IN_FLIGHT = 1000
 
@@ -292,7 +293,7 @@ async def main(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="streampunct words", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("file", nargs="?", help="JSON lines (default: stdin)")

@@ -18,6 +18,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import errno
 import itertools
 import json
 import logging
@@ -42,7 +43,7 @@ from websockets.http11 import Request, Response
 
 from streampunct import Punctuator, StreamPunctError
 from streampunct import protocol as P
-from streampunct.flags import add_config_flags, add_int8_flag, flags_given
+from streampunct.flags import Parser, add_config_flags, add_int8_flag, flags_given, port
 from streampunct.options import (
     STREAMS_PER_CLIENT,
     TABLES,
@@ -449,13 +450,17 @@ def options_from_args(
     ap: argparse.ArgumentParser, args: argparse.Namespace, tables: tuple[str, ...]
 ) -> dict[str, Any]:
     """The options of ``tables`` that ``--config`` and the flags set (a flag over the file), for a
-    server on ``args.host``; a bad setting ends the command: one line, exit status 2."""
+    server on ``args.host``; the file read is logged, a bad setting ends the command: one line,
+    exit status 2."""
     given = {"limits": flags_given(args, Limits)}
     try:
         config = read_config(args.config)
         options = options_from_config(config, tables, args.config or "flags", **given)
     except StreamPunctError as e:
         ap.exit(2, f"{ap.prog}: error: {e}\n")
+    if args.config is not None:  # which file, and what it set
+        settings = [f"{table}.{key}" for table, keys in config.items() for key in keys]
+        log_event(logging.INFO, "config", path=str(Path(args.config).resolve()), settings=settings)
     per_client = "max_streams_per_client" in {**config.get("limits", {}), **given["limits"]}
     if not per_client and not is_loopback(args.host):
         options["limits"] = dataclasses.replace(options["limits"], max_streams_per_client=STREAMS_PER_CLIENT)
@@ -470,7 +475,7 @@ def access_from_flags(args: argparse.Namespace) -> Access:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="streampunct serve",
         description="Run the streampunct websocket server. Its flags are an operator's; every other "
         "setting is a --config file's (docs/usage.md).",
@@ -478,7 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
     )
-    ap.add_argument("--port", type=int, default=8765, help="port (0: any free port)")
+    ap.add_argument("--port", type=port, default=8765, help="port (0: any free port)")
     ap.add_argument("--model", help="punctuation model: default, base (shipped) or a checkpoint folder")
     ap.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda if present)")
     add_int8_flag(ap)
@@ -488,7 +493,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="load the speech model at start, not at the first /v1/asr stream",
     )
-    ap.add_argument("--log-level", default="info", help="debug, info (the default), warning or error")
+    levels = ("debug", "info", "warning", "error")
+    ap.add_argument("--log-level", default="info", type=str.lower, choices=levels, help="default: info")
     ap.add_argument(
         "--record",
         metavar="DIR",
@@ -507,11 +513,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if bool(args.certfile) != bool(args.keyfile):
         ap.error("--certfile and --keyfile go together")
-    options = options_from_args(ap, args, tuple(TABLES))
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
     logging.getLogger("faster_whisper").setLevel(logging.WARNING)
+    options = options_from_args(ap, args, tuple(TABLES))
     cap_arenas()  # before the threads that would each take an arena start
     try:
         punctuator = Punctuator.load(
@@ -549,11 +555,11 @@ def main(argv: list[str] | None = None) -> int:
             f"streampunct serve: error: cannot use {args.certfile} and {args.keyfile}: {e}", file=sys.stderr
         )
         return 2
-    except OSError as e:
-        print(
-            f"streampunct serve: error: cannot listen on {args.host}:{args.port}: {e.strerror or e}",
-            file=sys.stderr,
-        )
+    except OSError as e:  # asyncio's says the address again: the system's reason alone
+        why = os.strerror(e.errno).lower() if e.errno else str(e)
+        if e.errno == errno.EADDRINUSE:
+            why += " (another server there? another --port, or 0 for any free one)"
+        print(f"streampunct serve: error: cannot listen on {args.host}:{args.port}: {why}", file=sys.stderr)
         return 2
     return 0
 

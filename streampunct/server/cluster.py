@@ -53,7 +53,7 @@ from websockets.frames import Close
 from websockets.http11 import Request, Response
 
 from ..errors import InputError, StreamPunctError
-from ..flags import add_int8_flag
+from ..flags import Parser, add_int8_flag, port
 from ..options import Limits
 from ..punctuator import Punctuator
 from ..scheduler import Batcher, Load
@@ -415,13 +415,13 @@ def deploy(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="streampunct serve-ray",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--host", default="127.0.0.1", help="where Ray's HTTP proxy listens")
-    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--port", type=port, default=8000)
     ap.add_argument(
         "--address", default=None, help="an existing Ray cluster (auto, or ray://...); default: a local Ray"
     )
