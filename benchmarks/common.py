@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from websockets.asyncio.client import connect
 
@@ -311,13 +311,13 @@ def spawn_server(*args: str) -> tuple[subprocess.Popen, str]:
     return proc, line.split()[-1]
 
 
-async def talk(url: str, messages: list, lookahead: int = 2) -> list[dict]:
-    """Send config then messages (dicts as JSON, bytes as binary); collect replies until end."""
+async def talk(url: str, messages: list, lookahead: int = 2, **config: Any) -> list[dict]:
+    """Send config (``config``: more of its keys) then messages (dicts as JSON, bytes as binary);
+    collect replies until end."""
     replies = []
     async with connect(url + "/v1/punct") as ws:
-        await ws.send(
-            json.dumps({"type": "config", "version": 1, "lookahead": lookahead, "max_delay_ms": None})
-        )
+        settings = {"type": "config", "version": 1, "lookahead": lookahead, "max_delay_ms": None}
+        await ws.send(json.dumps({**settings, **config}))
         replies.append(json.loads(await ws.recv()))
         for m in messages:
             await ws.send(m if isinstance(m, bytes | str) else json.dumps(m))

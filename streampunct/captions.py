@@ -75,12 +75,12 @@ class Captioner:
                 lines.append(self._close())
         return lines
 
-    def flush(self) -> list[Caption]:
-        """The end of speech: the last line closes, and ends its sentence if no mark did."""
+    def flush(self, end_sentence: bool = True) -> list[Caption]:
+        """The end of speech: the last line closes, and (``end_sentence``) ends its sentence if no mark did."""
         if not self._line:
             return []
         word, label = self._line[-1]
-        if label in ("O", "COMMA"):
+        if end_sentence and label in ("O", "COMMA"):
             self._line[-1] = (word, "PERIOD")
         return [self._close()]
 

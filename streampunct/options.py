@@ -4,7 +4,7 @@ generated from them (:func:`streampunct.flags.add_config_flags`), every other fi
 TOML file (``--config``: :func:`read_config`, :func:`options_from_config`), so a new option is one
 field and its help line (docs/usage.md lists them with :func:`config_toml`). No torch.
 
-- :class:`StreamOptions`: a punctuation stream's lookahead, time limit and engine (the protocol's
+- :class:`StreamOptions`: a punctuation stream's lookahead, time limit, engine and sentences (the protocol's
   ``config`` message and the clients' flags);
 - :class:`RecognizerOptions`: the streaming recogniser's (:class:`streampunct.speech.StreamingRecognizer`);
 - :class:`FrontEndOptions`: what the caption pipeline does between the recogniser and the
@@ -48,11 +48,13 @@ class StreamOptions:
     lookahead: int = 2
     max_delay_ms: float | None = 1500.0
     engine: str = "auto"
+    sentences: bool = False
 
     HELP: ClassVar[dict[str, str]] = {
         "lookahead": "words after a word that decide its mark",
         "max_delay_ms": "time limit (ms after the word ends) for a word's mark to become final, or off",
         "engine": "masked (cheapest per word) or window (more accurate); auto: the model's choice per lookahead",
+        "sentences": "the server sends each sentence once its words are final",
     }
 
 

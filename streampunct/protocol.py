@@ -18,7 +18,7 @@ from typing import Any, ClassVar, TypeAlias
 from .captions import Caption
 from .errors import InputError, StreamPunctError
 from .options import StreamOptions
-from .types import ENGINES, SAMPLE_RATE, PunctEvent, Word, check_lookahead
+from .types import ENGINES, SAMPLE_RATE, PunctEvent, Sentence, Word, check_lookahead
 
 __all__ = [
     "VERSION",
@@ -36,6 +36,7 @@ __all__ = [
     "Events",
     "Recognised",
     "Captioned",
+    "SentenceClosed",
     "Finished",
     "Error",
     "Lag",
@@ -154,7 +155,7 @@ def _timed(w: Word, index: int | None = None) -> dict[str, Any]:
 
 class Message:
     """A protocol message: a frozen dataclass whose fields are the JSON object's, with its ``type``.
-    Fields that are None and in ``OPTIONAL`` are left out of the JSON. A key the message does not
+    Fields in ``OPTIONAL`` that are None (or False: a switch off) are left out of the JSON. A key the message does not
     know is ignored when it is read, on every message (the readers of their own read their fields
     alone)."""
 
@@ -165,7 +166,7 @@ class Message:
         out: dict[str, Any] = {"type": self.type}
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             value = getattr(self, f.name)
-            if value is not None or f.name not in self.OPTIONAL:
+            if not (value is None or value is False) or f.name not in self.OPTIONAL:
                 out[f.name] = value
         return out
 
@@ -184,15 +185,17 @@ class Message:
 @dataclass(frozen=True)
 class Config(Message):
     """The first message of a stream: its lookahead, time limit and engine. ``sample_rate`` is
-    /v1/asr's PCM rate (16 kHz), None on /v1/punct."""
+    /v1/asr's PCM rate (16 kHz), None on /v1/punct. ``sentences``: the stream sends
+    :class:`SentenceClosed` messages (off by default: a client that does not ask gets none)."""
 
     type: ClassVar[str] = "config"
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("sample_rate",)
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("sample_rate", "sentences")
     lookahead: int = StreamOptions.lookahead
     max_delay_ms: float | None = StreamOptions.max_delay_ms
     engine: str = StreamOptions.engine
     sample_rate: int | None = None
     version: int = VERSION
+    sentences: bool = StreamOptions.sentences
 
     @classmethod
     def from_dict(cls, msg: dict[str, Any], audio: bool = False) -> Config:
@@ -220,7 +223,10 @@ class Config(Message):
             raise ProtocolError(
                 "bad_message", f'"sample_rate" must be {SAMPLE_RATE} (16-bit mono PCM), got {quote(rate)}'
             )
-        return cls(k, delay, engine, SAMPLE_RATE if audio else None)
+        sentences = msg.get("sentences", cls.sentences)
+        if not isinstance(sentences, bool):
+            raise ProtocolError("bad_message", f'"sentences" must be true or false, got {quote(sentences)}')
+        return cls(k, delay, engine, SAMPLE_RATE if audio else None, sentences=sentences)
 
 
 @dataclass(frozen=True)
@@ -301,10 +307,11 @@ class End(Message):
 
 @dataclass(frozen=True)
 class Ready(Message):
-    """The answer to a config: the stream's settings, with the engine it runs (``auto`` resolved)."""
+    """The answer to a config: the stream's settings, with the engine it runs (``auto`` resolved);
+    ``sentences`` (left out when off) says the stream sends them: a server older than them does not."""
 
     type: ClassVar[str] = "ready"
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("sample_rate", "max_waiting_words")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("sample_rate", "max_waiting_words", "sentences")
     session: str
     lookahead: int
     max_delay_ms: float | None
@@ -313,12 +320,19 @@ class Ready(Message):
     version: int = VERSION
     # /v1/punct: the words the stream may have waiting for compute (past it: busy)
     max_waiting_words: int | None = None
+    sentences: bool = False
 
     @classmethod
     def of(cls, session: str, config: Config, engine: str, max_waiting_words: int | None = None) -> Ready:
         c = config
         return cls(
-            session, c.lookahead, c.max_delay_ms, engine, c.sample_rate, max_waiting_words=max_waiting_words
+            session,
+            c.lookahead,
+            c.max_delay_ms,
+            engine,
+            c.sample_rate,
+            max_waiting_words=max_waiting_words,
+            sentences=c.sentences,
         )
 
 
@@ -388,6 +402,22 @@ class Captioned(Message):
 
 
 @dataclass(frozen=True)
+class SentenceClosed(Message):
+    """A stream configured with ``sentences``: words ``first`` to ``last``, all final, as one
+    sentence, sent once, after their final events (:class:`~streampunct.types.Sentence`)."""
+
+    type: ClassVar[str] = "sentence"
+    sentence: Sentence
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **dataclasses.asdict(self.sentence)}
+
+    @classmethod
+    def from_dict(cls, msg: dict[str, Any]) -> SentenceClosed:
+        return cls(Sentence(msg["text"], msg["start"], msg["end"], msg["first"], msg["last"], msg["closed"]))
+
+
+@dataclass(frozen=True)
 class Finished(Message):
     """Every word is final (``words`` of them); the server closes the connection. ``reason``: why
     the server finished the stream itself (a limit, shutting down)."""
@@ -442,11 +472,13 @@ class Synced(Message):
 
 
 ClientMessage: TypeAlias = Config | Words | Revise | Tick | Sync | End
-ServerMessage: TypeAlias = Ready | Events | Recognised | Captioned | Finished | Error | Lag | Synced
+ServerMessage: TypeAlias = (
+    Ready | Events | Recognised | Captioned | SentenceClosed | Finished | Error | Lag | Synced
+)
 
 _CLIENT: dict[str, Any] = {m.type: m for m in (Words, Revise, Tick, Sync, End)}
 _SERVER: dict[str, Any] = {
-    m.type: m for m in (Ready, Events, Recognised, Captioned, Finished, Error, Lag, Synced)
+    m.type: m for m in (Ready, Events, Recognised, Captioned, SentenceClosed, Finished, Error, Lag, Synced)
 }
 
 

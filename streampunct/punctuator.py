@@ -187,15 +187,18 @@ class Punctuator:
         engine: str = "auto",
         pauses: bool = True,
         on_decision: OnDecision | None = None,
+        sentences: bool = False,
     ) -> PunctStream:
         """A stream that decides each word once ``lookahead`` words follow it, or ``max_delay_ms``
         after it ended on the recogniser's clock (see :mod:`streampunct.stream`). With ``pauses``
         (and a checkpoint that has pause fusion), words with times give their pauses as evidence.
-        ``on_decision`` sees each final decision with its word's index, in order."""
+        ``on_decision`` sees each final decision with its word's index, in order. With
+        ``sentences``, it closes each sentence once its words are final
+        (:meth:`~streampunct.stream.PunctStream.take_sentences`)."""
         policy = Lookahead(lookahead, max_delay_ms)
         engine_ = make_engine(self.model, engine, lookahead)
         decider = self.decider if pauses else self.decider.text_alone()
-        return PunctStream(engine_, self.pieces, policy, decider, self.tagger, on_decision)
+        return PunctStream(engine_, self.pieces, policy, decider, self.tagger, on_decision, sentences)
 
     def punctuate(self, text: str, lookahead: int | None = None, engine: str = "auto") -> str:
         """Punctuated, capitalised text from unpunctuated text ("" for blank input)."""

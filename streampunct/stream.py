@@ -22,6 +22,12 @@ decided on that guess (docs/latency.md measures what it costs). Only its first k
 lookahead, so the stream keeps no more of it: the rest of a guess (a looping recogniser's can
 fill its buffer) only moves the clock.
 
+**Sentences.** A stream opened with ``sentences=True`` also closes :class:`Sentence` objects, each
+once, in order, when the last of its words is final: at a final PERIOD or QUESTION, after
+``SENTENCE_WORDS`` words without one, and at the finish (the last words, unmarked). Their text is
+the captions' (:class:`~streampunct.captions.Captioner`); :meth:`PunctStream.take_sentences`
+takes those closed since it was last called. A revision changes no final word, so no sentence.
+
 Lookahead counts the model's tokens, which are IWSLT words: a recogniser word such as "don't" is
 two of them ("do n't"), and "--" is none (it is labelled O).
 
@@ -45,13 +51,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .captions import Caption, Captioner
 from .decision import Decider, OnDecision, Place, place
 from .engines import Work, compute_many
 from .errors import InputError
 from .model import PunctModel
 from .pieces import WordPieces
 from .text import LABELS, normalize
-from .types import Lookahead, PunctEvent, Word
+from .types import SENTENCE_ENDS, Lookahead, PunctEvent, Sentence, Word
 
 if TYPE_CHECKING:
     from .engines import Engine
@@ -67,6 +74,7 @@ __all__ = [
     "Held",
     "Word",
     "PunctEvent",
+    "Sentence",
     "Lookahead",
 ]
 
@@ -122,6 +130,7 @@ class PunctStream:
     """One stream of words in, punctuation events out. Create it with ``Punctuator.stream()``."""
 
     FORGET_EVERY = 64  # final words and tokens are dropped in steps of this many
+    SENTENCE_WORDS = 100  # a sentence without a mark closes at this many words (memory stays bounded)
 
     def __init__(
         self,
@@ -131,9 +140,11 @@ class PunctStream:
         decider: Decider,
         tagger: Tagger | None = None,
         on_decision: OnDecision | None = None,
+        sentences: bool = False,
     ):
         """``decider``: the evidence beside the text (``Decider.text_alone()``: none);
-        ``on_decision``: called with each final decision and its word's index, in order."""
+        ``on_decision``: called with each final decision and its word's index, in order;
+        ``sentences``: close sentences (:meth:`take_sentences`)."""
         model = engine.model
         if isinstance(model, PunctModel) and type(model) is not PunctModel:  # its forward is not the stream's
             raise InputError(
@@ -161,6 +172,9 @@ class PunctStream:
         self._shown: dict[int, str] = {}  # provisional label last shown, by word
         self._clock = -math.inf
         self._finished = False
+        # the open sentence's final words, with sentences on; the sentences closed and not taken
+        self._sentence = Captioner(line_chars=None, max_words=self.SENTENCE_WORDS) if sentences else None
+        self._closed: list[Sentence] = []
 
     # --- public ------------------------------------------------------------------------------
 
@@ -198,6 +212,11 @@ class PunctStream:
         self.prepare(call)
         compute_many(self.pending())
         return self.complete(call)
+
+    def take_sentences(self) -> list[Sentence]:
+        """The sentences closed since the last call, in order (none unless opened with ``sentences``)."""
+        closed, self._closed = self._closed, []
+        return closed
 
     def held(self) -> Held:
         return Held(len(self._words), max(self._engine.held, len(self._tok_word)))
@@ -279,6 +298,8 @@ class PunctStream:
             self._tok_label.append(decision.label)
             self._final_tokens += 1
         events = self._finalise_words()
+        if self._sentence is not None:
+            self._closed += self._close_sentences(self._sentence, events, flush)
         events += self._provisional()
         self._forget()
         if flush:
@@ -373,6 +394,17 @@ class PunctStream:
             self._shown.pop(i, None)
             self._final_words += 1
         return events
+
+    def _close_sentences(self, sentence: Captioner, finals: list[PunctEvent], flush: bool) -> list[Sentence]:
+        """The open ``sentence`` takes the final words: the sentences they close (with ``flush``, the last)."""
+        lines: list[tuple[Caption, str]] = []
+        for e in finals:
+            sentence.add_words(e.index, [self._word_at(e.index)])
+            closed = "mark" if e.label in SENTENCE_ENDS else "length"
+            lines += [(c, closed) for c in sentence.add([e])]
+        if flush:
+            lines += [(c, "end") for c in sentence.flush(end_sentence=False)]
+        return [Sentence(c.text, c.start, c.end, c.first, c.last, closed) for c, closed in lines]
 
     def _provisional(self) -> list[PunctEvent]:
         """A label for each committed word not final yet (its last token's), when it changed;

@@ -19,6 +19,8 @@ __all__ = [
     "Word",
     "Cues",
     "PunctEvent",
+    "Sentence",
+    "SENTENCE_ENDS",
     "Lookahead",
     "MAX_LOOKAHEAD",
     "ENGINES",
@@ -29,6 +31,7 @@ __all__ = [
 MAX_LOOKAHEAD = 64
 SAMPLE_RATE = 16000  # Hz: the audio every front end takes (Whisper's rate, /v1/asr's PCM)
 ENGINES = ("auto", "masked", "window")  # how the lookahead is bounded (streampunct.engines)
+SENTENCE_ENDS = ("PERIOD", "QUESTION")  # the labels whose mark ends a sentence
 
 
 def check_lookahead(lookahead: object, offline: bool = True) -> None:
@@ -111,6 +114,22 @@ class PunctEvent:
     @property
     def mark(self) -> str:
         return MARKS[self.label]
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """Words ``first`` to ``last`` of a stream, once all are final: ``text`` as the captions show
+    them (the words' final marks, sentence case, the recogniser's names kept; no mark added), times
+    from the first word's start to the last's end (None where a word has none). ``closed``: what
+    closed it: ``"mark"`` (its last word's final PERIOD or QUESTION), ``"length"`` (that many words
+    without one: see ``PunctStream.SENTENCE_WORDS``) or ``"end"`` (the end of the stream)."""
+
+    text: str
+    start: float | None
+    end: float | None
+    first: int
+    last: int
+    closed: str
 
 
 @dataclass(frozen=True)

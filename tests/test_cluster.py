@@ -15,7 +15,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from benchmarks.common import WORDS, free_port
+from benchmarks.common import WORDS, free_port, talk
 from tests.test_deploy import stream
 
 serve = pytest.importorskip("ray.serve", reason="needs the cluster extra (ray[serve])")
@@ -98,6 +98,11 @@ def test_a_session_replica_stopped_mid_stream_finishes_its_streams_and_the_next_
     while encoder.open_streams.remote().result():  # its stream is forgotten in the encoder too
         assert time.monotonic() < deadline, "the lost stream stayed in the encoder"
         time.sleep(0.1)
+    # sentences, closed in the encoder, reach the session's client after their words' finals
+    replies = asyncio.run(talk(url, [{"type": "words", "words": WORDS}], sentences=True))
+    sentences = [r for r in replies if r["type"] == "sentence"]
+    assert [s["first"] for s in sentences] == [0] + [s["last"] + 1 for s in sentences[:-1]]
+    assert replies[0]["sentences"] and sentences[-1]["last"] == len(WORDS) - 1 and len(sentences) >= 2
 
 
 def test_serve_ray_guards_its_streams_as_serve_does(ray_serve):

@@ -72,9 +72,8 @@ def check_transcript(captions: list[str]) -> None:
 
 @needs_espeak
 def test_audio_through_the_server(asr_server, speech):
-    result = asyncio.run(
-        stream_file(asr_server, load_audio(str(speech)), 0, P.Config(lookahead=2, max_delay_ms=1500))
-    )
+    config = P.Config(lookahead=2, max_delay_ms=1500, sentences=True)
+    result = asyncio.run(stream_file(asr_server, load_audio(str(speech)), 0, config))
     for _, msg in result.timeline:
         validate(msg)
     captions = [c.text for c in result.captions]
@@ -92,6 +91,23 @@ def test_audio_through_the_server(asr_server, speech):
     # captions cover every word once, in order, with times
     assert [c.first for c in result.captions] == [0] + [c.last + 1 for c in result.captions[:-1]]
     assert all(c.start is not None and c.end is not None and c.start <= c.end for c in result.captions)
+    # sentences (asked for): each after its words' finals, in turn; their text is the captions'
+    # (which give the last line a period)
+    finals: set[int] = set()
+    sentences = []
+    for _, m in result.timeline:
+        finals |= {e["index"] for e in m.get("events", []) if e["final"]}
+        if m["type"] == "sentence":
+            assert set(range(m["first"], m["last"] + 1)) <= finals, m
+            sentences.append(m)
+    assert [s["first"] for s in sentences] == [0] + [s["last"] + 1 for s in sentences[:-1]]
+    assert (sentences[0]["start"], sentences[-1]["end"]) == (
+        result.captions[0].start,
+        result.captions[-1].end,
+    )
+    *texts, last = [s["text"] for s in sentences]
+    texts.append(last.rstrip(",") + "." if sentences[-1]["closed"] == "end" else last)
+    assert " ".join(texts) == " ".join(captions) and len(sentences) >= 3
 
 
 @needs_espeak

@@ -62,9 +62,10 @@ def test_every_message_ignores_keys_it_does_not_know(side, kind, example):
 
 
 def test_every_message_has_a_schema_with_examples():
+    server = (P.Ready, P.Events, P.Recognised, P.Captioned, P.SentenceClosed, P.Finished, P.Error, P.Lag)
     for side, classes in (
         ("client", (P.Config, P.Words, P.Revise, P.Tick, P.Sync, P.End)),
-        ("server", (P.Ready, P.Events, P.Recognised, P.Captioned, P.Finished, P.Error, P.Lag, P.Synced)),
+        ("server", (*server, P.Synced)),
     ):
         documented = {p.stem for p in (SCHEMAS / side).glob("*.json")}
         assert {c.type for c in classes} == documented
@@ -149,6 +150,22 @@ def test_a_config_refuses_lookaheads_out_of_range(k):
     with pytest.raises(P.ProtocolError) as e:
         P.Config.from_dict({"type": "config", "lookahead": k})
     assert e.value.code == "bad_message" and len(str(e.value)) < 200
+
+
+def test_sentences_are_asked_for_in_the_config_and_said_in_ready():
+    """Off by default, and then in neither message: a client that does not ask gets what it got
+    before; one that asks learns from ``ready`` whether the server sends them (an older one does not)."""
+    assert "sentences" not in P.Config().to_json() and not P.Config.from_dict({"type": "config"}).sentences
+    asked = P.Config.from_dict({"type": "config", "sentences": True})
+    assert asked.sentences and P.Ready.of("1", asked, "window").to_dict()["sentences"] is True
+    assert "sentences" not in P.Ready.of("1", P.Config(), "window").to_dict()
+    with pytest.raises(P.ProtocolError) as e:
+        P.Config.from_dict({"type": "config", "sentences": "yes"})
+    assert e.value.code == "bad_message" and "sentences" in str(e.value)
+    from streampunct.stream import PunctStream  # (torch)
+
+    closed = json.loads((SCHEMAS / "server" / "sentence.json").read_text())["properties"]["closed"]
+    assert f"{PunctStream.SENTENCE_WORDS} words" in closed["description"]
 
 
 def test_a_message_the_client_cannot_read_is_a_protocol_error():

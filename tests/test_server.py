@@ -19,6 +19,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from benchmarks.common import WORDS, finals, talk, validate
 from benchmarks.common import spawn_server as start_server
 from streampunct.engines import resolve_engine
+from streampunct.text import caption_text
 
 
 def stop_server(proc: subprocess.Popen) -> None:
@@ -164,6 +165,39 @@ def test_revision_through_the_server(server, shipped):
     assert finals(replies) == decided_first + shipped.predict(revised, lookahead=4)[8:]
 
 
+def test_sentences_come_once_each_in_order_after_their_finals(server):
+    """A stream that asks for them (``"sentences": true``) gets each sentence once, in order, after
+    the final events of its words (a revision and ticks between), with their times; joined, they
+    are the finals' text as captions write it. A stream that does not ask gets none."""
+    text = WORDS * 3
+    timed = [{"text": w, "start": 0.4 * i, "end": 0.4 * i + 0.3} for i, w in enumerate(text)]
+    revised = [{**w, "text": w["text"].upper()} for w in timed[30:33]]  # the words from 30, again
+    messages = [
+        {"type": "words", "words": timed[:31]},
+        {"type": "revise", "index": 30, "words": revised},
+        {"type": "tick", "now": 20.0},  # past every word's time limit
+        {"type": "words", "words": timed[33:]},
+    ]
+    replies = asyncio.run(talk(server, messages, max_delay_ms=1000, sentences=True))
+    assert replies[0]["sentences"] is True and not [r for r in replies if r["type"] == "error"]
+    finals: dict[int, dict] = {}
+    sentences = []
+    for r in replies:
+        finals.update({e["index"]: e for e in r.get("events", []) if e["final"]})
+        if r["type"] == "sentence":
+            assert r["first"] == (sentences[-1]["last"] + 1 if sentences else 0), r
+            assert all(i in finals for i in range(r["first"], r["last"] + 1)), f"{r} before its finals"
+            ends = finals[r["last"]]["label"] in ("PERIOD", "QUESTION")
+            assert r["closed"] == ("mark" if ends else "end"), r
+            assert (r["start"], r["end"]) == (0.4 * r["first"], 0.4 * r["last"] + 0.3), r
+            sentences.append(r)
+    assert sentences[-1]["last"] == len(text) - 1 and sum(s["closed"] == "mark" for s in sentences) >= 2
+    said = [finals[i] for i in range(len(text))]
+    whole = caption_text([e["word"] for e in said], [e["label"] for e in said])
+    assert " ".join(s["text"] for s in sentences) == whole and "COAST" in whole
+    assert "sentence" not in {r["type"] for r in asyncio.run(talk(server, messages, max_delay_ms=1000))}
+
+
 def test_config_errors(server):
     async def go():
         async with connect(server + "/v1/punct") as ws:
@@ -300,11 +334,11 @@ WITHOUT_MODELS = (
 )
 
 
-def words_client(url: str, tmp_path, lines: list[str]) -> subprocess.CompletedProcess:
+def words_client(url: str, tmp_path, lines: list[str], *flags: str) -> subprocess.CompletedProcess:
     """``streampunct/clients/words.py`` without the models, on a file of these JSON lines."""
     f = tmp_path / "words.jsonl"
     f.write_text("\n".join(lines) + "\n")
-    command = [sys.executable, "-c", WITHOUT_MODELS, "--url", url, str(f)]
+    command = [sys.executable, "-c", WITHOUT_MODELS, "--url", url, *flags, str(f)]
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
@@ -321,6 +355,21 @@ def test_words_client(server, tmp_path):
         w for w in " ".join(WORDS).replace(" n't", "n't").split()
     ]
     assert text[0].isupper()
+
+
+def test_words_client_prints_the_servers_sentences_one_a_line(server, tmp_path):
+    """``--sentences``: the server's sentence messages, one a line, as a stream asking for them
+    gets them; the default output cuts the same sentences from the events, and gives the last,
+    unmarked, its period."""
+    words = WORDS * 2 + ["and", "then"]
+    lines = [json.dumps({"words": words[i : i + 7]}) for i in range(0, len(words), 7)]
+    out, default = words_client(server, tmp_path, lines, "--sentences"), words_client(server, tmp_path, lines)
+    assert out.returncode == default.returncode == 0, out.stderr + default.stderr
+    replies = asyncio.run(talk(server, [{"type": "words", "words": words}], sentences=True))
+    sentences = [r for r in replies if r["type"] == "sentence"]
+    assert out.stdout.splitlines() == [r["text"] for r in sentences] and len(sentences) >= 3
+    assert sentences[-1]["closed"] == "end" and out.stdout.endswith("\nAnd then\n")
+    assert default.stdout.splitlines() == [r["text"] for r in sentences[:-1]] + [sentences[-1]["text"] + "."]
 
 
 def test_words_client_sends_no_faster_than_the_server_computes(tmp_path):

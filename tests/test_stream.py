@@ -1,5 +1,6 @@
 """PunctStream: one final decision per word, exactly predict()'s, with revisions and time limits."""
 
+import copy
 import random
 import weakref
 
@@ -341,6 +342,30 @@ def test_finished_stream(tiny):
         s.push(["b"])
     with pytest.raises(InputError, match="finished"):
         s.finish()
+
+
+def test_sentences_are_taken_once_each_and_a_run_without_a_mark_closes_at_its_length(tiny):
+    """A model that marks nothing: its sentences close at SENTENCE_WORDS words ("length"), the
+    last at the finish ("end", no period added); each is taken once; a stream opened without
+    ``sentences`` closes none."""
+    never = copy.deepcopy(tiny)
+    with torch.no_grad():
+        never.model.head.bias.copy_(torch.tensor([20.0, -20.0, -20.0, -20.0]))
+    n = 2 * PunctStream.SENTENCE_WORDS + 10
+    s, plain = never.stream(lookahead=1, sentences=True), never.stream(lookahead=1)
+    words = [Word("so", 0.5 * i, 0.5 * i + 0.25) for i in range(n)]
+    s.push(words[:-5])
+    plain.push(words)
+    first, again = s.take_sentences(), s.take_sentences()
+    s.push(words[-5:])
+    s.finish()
+    plain.finish()
+    assert [(x.first, x.last, x.closed) for x in first + s.take_sentences()] == [
+        (0, 99, "length"), (100, 199, "length"), (200, n - 1, "end")
+    ]  # fmt: skip
+    assert again == [] and plain.take_sentences() == [] and PunctStream.SENTENCE_WORDS == 100
+    assert first[0].text == "So " + "so " * 98 + "so" and first[1].text[:3] == "so "  # it goes on
+    assert (first[1].start, first[1].end) == (50.0, 99.75)
 
 
 @pytest.mark.model

@@ -11,7 +11,10 @@ and without a time limit. After every step:
 - each final label is the one ``predict()`` gives for the words as they stood when it was decided:
   with its full lookahead, ``predict(words, k)``; decided early by a time limit, ``predict()`` on
   the words that had ended by its deadline (the stream's documented rule);
-- what the stream holds stays bounded, however long it runs.
+- what the stream holds stays bounded, however long it runs;
+- its sentences cover the words in turn, each closed once, as soon as its last word is final (at
+  its final PERIOD or QUESTION, after ``SENTENCE_WORDS`` words, or at the finish), with its words'
+  times, and their texts joined are the captions' text of all the words with their final marks.
 
 The CI profile (the default, see conftest.py) runs enough examples to find a stream that breaks
 after a few hundred words; ``--hypothesis-profile=soak`` runs many more, for about an hour (see
@@ -36,7 +39,8 @@ from streampunct.model import ModelConfig, PunctModel
 from streampunct.pieces import WordPieces
 from streampunct.punctuator import DEFAULT_CHECKPOINT
 from streampunct.stream import PunctStream, Word
-from streampunct.text import LABELS, normalize, normalize_text
+from streampunct.text import LABELS, caption_text, normalize, normalize_text
+from streampunct.types import SENTENCE_ENDS, Sentence
 
 # Recogniser words: casing, glued marks, clitics, numbers, and words that normalise to nothing.
 VOCABULARY = (
@@ -89,7 +93,9 @@ class StreamMachine(RuleBasedStateMachine):
         self.engine = data.draw(st.sampled_from(self.engines), "engine")
         self.k = data.draw(st.sampled_from(self.lookaheads), "k")
         self.delay = data.draw(st.sampled_from(self.delays), "max_delay_ms")
-        self.stream = self.p.stream(lookahead=self.k, max_delay_ms=self.delay, engine=self.engine)
+        self.stream = self.p.stream(
+            lookahead=self.k, max_delay_ms=self.delay, engine=self.engine, sentences=True
+        )
         self.words: list[Word] = []  # the words as they stand now
         self.tentative: list[Word] = []  # the recogniser's guess after them, lookahead only
         self.finals: dict[int, str] = {}
@@ -98,6 +104,7 @@ class StreamMachine(RuleBasedStateMachine):
         # the last one before it.
         self.checks: list[tuple[tuple[Word, ...], bool, float | None, int, int, str]] = []
         self.epochs: list[tuple[Word, ...]] = [()]
+        self.sentences: list[Sentence] = []
         self.clock = -math.inf  # the recogniser's clock as the stream sees it
         self.time = 0.0  # where the next word starts
         self.finished = False
@@ -132,9 +139,29 @@ class StreamMachine(RuleBasedStateMachine):
                 assert e.index not in self.finals, f"a provisional event for final word {e.index}"
         assert self.stream.n_final == len(self.finals)
         assert self.stream.n_words == len(words_now) - tentative
+        self._sentences(self.stream.take_sentences(), words_now)
         self.epochs[-1] = tuple(words_now)
         if tentative:  # the next call replaces them: what follows is another text
             self.epochs.append(())
+
+    def _sentences(self, closed: list[Sentence], words: list[Word]) -> None:
+        """The sentences a call closed: the next words in turn, all final, each closed by what its
+        ``closed`` says; and none left open that should have closed."""
+        for s in closed:
+            first = self.sentences[-1].last + 1 if self.sentences else 0
+            assert s.first == first <= s.last < len(self.finals), f"{s}: not the next words, all final"
+            labels = [self.finals[i] for i in range(s.first, s.last + 1)]
+            assert not set(labels[:-1]) & set(SENTENCE_ENDS), f"{s} holds the end of a sentence"
+            full = len(labels) == PunctStream.SENTENCE_WORDS
+            closed_by = "mark" if labels[-1] in SENTENCE_ENDS else "length" if full else "end"
+            assert s.closed == closed_by and (closed_by != "end" or self.finished), s
+            assert (s.start, s.end) == (words[s.first].start, words[s.last].end), s
+            self.sentences.append(s)
+        open_from = self.sentences[-1].last + 1 if self.sentences else 0
+        still = [self.finals[i] for i in range(open_from, len(self.finals))]
+        assert not set(still) & set(SENTENCE_ENDS) and len(still) < PunctStream.SENTENCE_WORDS, still
+        if self.finished:
+            assert open_from == len(self.words), "the finish closes the last sentence"
 
     def _seen(self, i: int, words: list[Word]) -> tuple[list[Word], bool, float | None]:
         """The words that decide word ``i``'s final label now, whether they give it its full
@@ -223,6 +250,9 @@ class StreamMachine(RuleBasedStateMachine):
         self.tentative = []
         self._run(self.stream.finish(), self.words)
         assert sorted(self.finals) == list(range(len(self.words))), "every word gets a final label"
+        labels = [self.finals[i] for i in range(len(self.words))]
+        whole = caption_text([w.text for w in self.words], labels)
+        assert " ".join(s.text for s in self.sentences if s.text) == whole, "the sentences are the text"
         args = {"push": (["more"],), "revise": (len(self.words), ["more"]), "tick": (1e6,), "finish": ()}
         for call in args:
             with pytest.raises(InputError, match="finished"):

@@ -66,7 +66,8 @@ class Interrupted(SessionLost):
     exit_status = 130
 
 
-def add_stream_args(ap: argparse.ArgumentParser) -> None:
+def add_stream_args(ap: argparse.ArgumentParser, sentences: str | None = None) -> None:
+    """The stream's flags; ``sentences``: the help of ``--sentences`` (None: no such flag)."""
     ap.add_argument(
         "--url",
         help=f"a server's address ({DEFAULT_URL} for `streampunct serve`); none: run the pipeline in "
@@ -77,7 +78,13 @@ def add_stream_args(ap: argparse.ArgumentParser) -> None:
         default=os.environ.get("STREAMPUNCT_TOKEN"),
         help="the server's shared secret, if it has one (default: $STREAMPUNCT_TOKEN)",
     )
-    add_config_flags(ap, StreamOptions, aliases={"lookahead": "-k"}, engine={"choices": ENGINES})
+    add_config_flags(
+        ap,
+        StreamOptions,
+        aliases={"lookahead": "-k"},
+        engine={"choices": ENGINES},
+        sentences=None if sentences is None else {"help": sentences},
+    )
     here = ap.add_argument_group("without --url (the models run in this process)")
     here.add_argument("--model", help="punctuation model: default, base, or a checkpoint folder")
     here.add_argument("--asr-model", help="tiny.en (default), base, or a CTranslate2 Whisper folder")
@@ -88,7 +95,7 @@ def add_stream_args(ap: argparse.ArgumentParser) -> None:
 def stream_config(args: argparse.Namespace) -> P.Config:
     """The config message from the command line (add_stream_args)."""
     o = config_from_flags(args, StreamOptions)
-    return P.Config(o.lookahead, o.max_delay_ms, o.engine)
+    return P.Config(o.lookahead, o.max_delay_ms, o.engine, sentences=o.sentences)
 
 
 async def open_stream(

@@ -9,17 +9,18 @@ Each input line is one JSON object, as any recogniser can write it:
     {"revise": 12, "words": [...]}                         replace the words from index 12 on
     {"tick": 3.5}                                          the recogniser's clock, in silence
 
-Punctuated sentences are printed as soon as their last word is final. Once half the words the
-server lets a stream have waiting (its ``ready`` says how many) are sent ahead of the last final
-one (and the lookahead), the client waits for the server to compute them, so a file goes as fast
-as the server computes it; words the server still refuses (``busy``: a long line, say) are sent
-again from the word it names (:class:`Resend`), so that every word is final once, in order. A line that breaks
-the protocol (a lone surrogate such as "\\ud800" included) is reported on stderr and skipped; input that
-is not UTF-8 ends the stream there: one line, exit status 2. A session lost on the way
-(the server failed or the connection dropped) still prints the final words received, says what
-happened in one line and exits with status 1. This file is the reference
-for integrators: it is the whole protocol of /v1/punct (docs/protocol.md) in about 180 lines,
-75 of them the resend of what the server refuses (:class:`Resend`).
+Punctuated sentences are printed as soon as their last word is final (``--sentences``: the
+server's ``sentence`` messages, one a line, the last with no period added). Once half the words
+the server lets a stream have waiting (its ``ready`` says how many) are sent ahead of the last
+final one (and the lookahead), the client waits for the server to compute them, so a file goes as
+fast as the server computes it; words the server still refuses (``busy``: a long line, say) are
+sent again from the word it names (:class:`Resend`), so that every word is final once, in order.
+A line that breaks the protocol (a lone surrogate such as "\\ud800" included) is reported on
+stderr and skipped; input that is not UTF-8 ends the stream there: one line, exit status 2. A
+session lost on the way (the server failed or the connection dropped) still prints the final
+words received (with ``--sentences``, the sentences), says what happened in one line and exits
+with status 1. This file is the reference for integrators: it is the whole protocol of /v1/punct
+(docs/protocol.md) in about 180 lines, 75 of them the resend of what the server refuses (:class:`Resend`).
 """
 
 from __future__ import annotations
@@ -212,15 +213,20 @@ class Resend:
             yield P.Revise(refused, ()).to_json()
 
 
-async def receive(ws: Any, out: Any, resend: Resend | None = None) -> None:
+async def receive(ws: Any, out: Any, resend: Resend | None = None, sentences: bool = False) -> None:
+    """Print each sentence once its words are final: cut here from the events, or with
+    ``sentences`` the server's (those it closed; one of words without text, "--", is not printed)."""
     captioner = Captioner(line_chars=None)  # whole sentences: this is text, not live captions
     try:
         async for msg in messages(ws):
             if isinstance(msg, P.Events):
                 if resend is not None:
                     resend.flow.finals(msg.events)
-                for c in captioner.add(msg.events):
-                    print(c.text, file=out, flush=True)
+                if not sentences:
+                    for c in captioner.add(msg.events):
+                        print(c.text, file=out, flush=True)
+            elif isinstance(msg, P.SentenceClosed) and msg.sentence.text:
+                print(msg.sentence.text, file=out, flush=True)
             elif isinstance(msg, P.Synced) and resend is not None:
                 resend.synced(msg)
             elif isinstance(msg, P.Error) and not (resend is not None and resend.refused(msg)):
@@ -285,9 +291,12 @@ async def outgoing(source: IO[bytes], resend: Resend, receiver: asyncio.Task[Non
 async def main(args: argparse.Namespace) -> int:
     source = open(args.file, "rb") if args.file else sys.stdin.buffer  # noqa: SIM115
     ws, ready = await open_stream(args.url, "/v1/punct", stream_config(args), args.token)
+    if args.sentences and not ready.sentences:
+        await ws.close()
+        raise ClientError("the server sends no sentences (it predates them): run without --sentences")
     resend = Resend(Flow(ready.max_waiting_words, ready.lookahead))
     async with ws:
-        receiver = asyncio.create_task(receive(ws, sys.stdout, resend))
+        receiver = asyncio.create_task(receive(ws, sys.stdout, resend, args.sentences))
         await send_then_finish(ws, outgoing(source, resend, receiver), receiver)
     return 0
 
@@ -297,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="streampunct words", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("file", nargs="?", help="JSON lines (default: stdin)")
-    add_stream_args(ap)
+    add_stream_args(ap, sentences="print the server's sentences, one a line, as each one's words are final")
     return ap
 
 

@@ -142,11 +142,13 @@ class App:
                 )
         return self._whisper
 
-    async def open_stream(self, lookahead: int, max_delay_ms: float | None, engine: str) -> Any:
+    async def open_stream(
+        self, lookahead: int, max_delay_ms: float | None, engine: str, sentences: bool
+    ) -> Any:
         """A new punctuation stream (on Ray Serve, the sessions' streams live in the encoder
         replica: :class:`streampunct.server.cluster.ClusterApp`)."""
         assert self.punctuator is not None, "an App without a punctuator opens its streams elsewhere"
-        return self.punctuator.stream(lookahead, max_delay_ms, engine)
+        return self.punctuator.stream(lookahead, max_delay_ms, engine, sentences=sentences)
 
     # --- HTTP ------------------------------------------------------------------------------
 
@@ -171,7 +173,7 @@ class App:
             return json_response(HTTPStatus.SERVICE_UNAVAILABLE, body)
         if self.batcher.faults:
             try:
-                probe = await self.open_stream(1, None, "auto")
+                probe = await self.open_stream(1, None, "auto", False)
                 await asyncio.wait_for(self.batcher.push(probe, ["is", "it", "working"]), 10)
                 await asyncio.wait_for(self.batcher.finish(probe), 10)
             except Exception as e:

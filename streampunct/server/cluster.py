@@ -58,7 +58,7 @@ from ..options import Limits
 from ..punctuator import Punctuator
 from ..scheduler import Batcher, Load
 from ..stream import Call, Finish, Push, Revise, Tick
-from ..types import PunctEvent, Word
+from ..types import PunctEvent, Sentence, Word
 from .allocator import cap_arenas, keep_trimmed
 from .app import App, access_from_flags, add_config_flag, add_guard_flags, options_from_args
 from .guard import Access
@@ -96,6 +96,7 @@ class Reply:
     n_words: int
     n_final: int
     error: StreamPunctError | None = None  # the stream refused the call, and is unchanged
+    sentences: tuple[Sentence, ...] = ()  # those the call closed
 
 
 class EncoderReplica:
@@ -108,11 +109,13 @@ class EncoderReplica:
         self.batcher = Batcher()
         self.trimming: asyncio.Task[None] | None = None
 
-    async def open(self, lookahead: int, max_delay_ms: float | None, engine: str) -> tuple[str, str]:
+    async def open(
+        self, lookahead: int, max_delay_ms: float | None, engine: str, sentences: bool
+    ) -> tuple[str, str]:
         """A new stream: its id and the engine it got."""
         if self.trimming is None:  # the actor's event loop runs now: trim as serve does
             self.trimming = asyncio.create_task(keep_trimmed())
-        stream = self.punctuator.stream(lookahead, max_delay_ms, engine)
+        stream = self.punctuator.stream(lookahead, max_delay_ms, engine, sentences=sentences)
         stream_id = uuid.uuid4().hex
         self.streams[stream_id] = stream
         return stream_id, stream.engine
@@ -129,7 +132,7 @@ class EncoderReplica:
         finally:
             if isinstance(call, Finish):
                 self.streams.pop(stream_id, None)  # (a lost session may have closed it)
-        return Reply(events, stream.n_words, stream.n_final)
+        return Reply(events, stream.n_words, stream.n_final, sentences=tuple(stream.take_sentences()))
 
     def close(self, stream_id: str) -> None:
         """Forget a stream that ended without ``finish`` (its connection was lost)."""
@@ -150,6 +153,11 @@ class RemoteStream:
     def __init__(self, encoder: Any, stream_id: str, engine: str):
         self.encoder, self.id, self.engine = encoder, stream_id, engine
         self.n_words = self.n_final = 0
+        self.sentences: list[Sentence] = []  # closed there, not taken here yet
+
+    def take_sentences(self) -> list[Sentence]:
+        closed, self.sentences = self.sentences, []
+        return closed
 
 
 class RemoteLoad(Load):
@@ -192,11 +200,13 @@ class RemoteBatcher(Batcher):
             key=lambda i: (round(self.loads[i][0], 1), self.loads[i][2] + self.opening[i]),
         )
 
-    async def open(self, lookahead: int, max_delay_ms: float | None, engine: str) -> RemoteStream:
+    async def open(
+        self, lookahead: int, max_delay_ms: float | None, engine: str, sentences: bool
+    ) -> RemoteStream:
         i = self.least_busy()
         self.opening[i] += 1
         try:
-            opened = await self.encoders[i].open.remote(lookahead, max_delay_ms, engine)
+            opened = await self.encoders[i].open.remote(lookahead, max_delay_ms, engine, sentences)
         finally:
             self.opening[i] -= 1
         busy, capacity, streams = self.loads[i]
@@ -206,6 +216,7 @@ class RemoteBatcher(Batcher):
     async def run(self, stream: Any, call: Call) -> list[PunctEvent]:
         reply: Reply = await stream.encoder.run.remote(stream.id, call)
         stream.n_words, stream.n_final = reply.n_words, reply.n_final
+        stream.sentences += reply.sentences
         if reply.error is not None:
             raise reply.error
         return reply.events
@@ -254,8 +265,10 @@ class ClusterApp(App):
                 await stream.encoder.close.remote(stream.id)
             _opened.reset(opened)
 
-    async def open_stream(self, lookahead: int, max_delay_ms: float | None, engine: str) -> RemoteStream:
-        stream = await self.remote.open(lookahead, max_delay_ms, engine)
+    async def open_stream(
+        self, lookahead: int, max_delay_ms: float | None, engine: str, sentences: bool
+    ) -> RemoteStream:
+        stream = await self.remote.open(lookahead, max_delay_ms, engine, sentences)
         opened = _opened.get(None)  # None: not a session's (the health probe, which finishes it)
         if opened is not None:
             opened.append(stream)

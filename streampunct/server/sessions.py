@@ -68,8 +68,11 @@ class Session:
         await self.connection.send(msg.to_json())
 
     async def send_events(self, events: list[PunctEvent]) -> None:
+        """A call's events, then the sentences it closed (a stream opened with ``sentences``)."""
         if events:
             await self.send(P.Events(tuple(events)))
+        for sentence in self.stream.take_sentences():
+            await self.send(P.SentenceClosed(sentence))
 
     async def run(self) -> None:
         """Read and answer messages until the stream ends, a limit ends it, the server stops, or
@@ -244,7 +247,7 @@ class PunctSession(Session):
         self.worker: asyncio.Task[None] | None = None
 
     async def configure(self, cfg: P.Config) -> None:
-        self.stream = await self.app.open_stream(cfg.lookahead, cfg.max_delay_ms, cfg.engine)
+        self.stream = await self.app.open_stream(cfg.lookahead, cfg.max_delay_ms, cfg.engine, cfg.sentences)
         limits = self.app.limits
         self.rate = Pace(limits.words_per_s, limits.words_burst)
         self.clock = -math.inf  # the recogniser's: the latest now or word time taken
@@ -441,7 +444,7 @@ class AsrSession(Session):
     async def configure(self, cfg: P.Config) -> None:
         recognizer = StreamingRecognizer(await self.app.whisper(), self.app.recognizer_options)
         self.pipeline = CaptionPipeline(recognizer, self.app.front_end)
-        self.stream = await self.app.open_stream(cfg.lookahead, cfg.max_delay_ms, cfg.engine)
+        self.stream = await self.app.open_stream(cfg.lookahead, cfg.max_delay_ms, cfg.engine, cfg.sentences)
         if self.app.record is not None:
             path = self.app.record / f"{self.id}.jsonl"
             self.recorder = Recorder(path, cfg.lookahead, cfg.max_delay_ms, self.stream.engine)
