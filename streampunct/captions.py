@@ -46,7 +46,7 @@ class Captioner:
         self._first = 0
         self._previous: str | None = None
         self._sentence_start = True
-        self._names: set[str] = set()  # words the recogniser capitalised mid-sentence (names)
+        self._names: dict[str, bool] = {}  # caption_text's: which words are names, so far
 
     def add_words(self, first_index: int, words: Sequence[Word]) -> None:
         """Word times, by stream index (from the recogniser)."""

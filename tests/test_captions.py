@@ -1,7 +1,18 @@
 """Caption lines: where they break, how they are cased, and the subtitle files written from them."""
 
+import io
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import streampunct
+from streampunct import protocol as P
 from streampunct.captions import Captioner, to_srt, to_vtt
-from streampunct.text import render
+from streampunct.clients.mic import Screen
+from streampunct.text import caption_text, render
 from streampunct.types import PunctEvent, Word
 
 TALK = [
@@ -154,3 +165,90 @@ def test_a_capital_the_recogniser_put_on_a_function_word_mid_sentence_is_lowered
     raw = ["but", "My", "master", "told", "Anna", "The", "news"]
     text = caption_text(raw, ["O", "O", "O", "O", "O", "O", "PERIOD"], previous="well", sentence_start=False)
     assert text == "but my master told Anna the news."
+
+
+def test_a_word_carries_one_mark_the_punctuators():
+    """Issue 77: runs of marks and marks on marks ("so . . . . no, believe it or not,", "and...,
+    you know"; on the live line "Okay.,"): a mark or an ellipsis the recogniser wrote, on its own or
+    on a word, survived beside streampunct's. A word shows at most one final mark, streampunct's
+    (an abbreviation keeps its dot); a word of marks alone shows as nothing, its mark on the word
+    before."""
+    raw = ["so", ".", ".", ".", ".", "no", "believe", "it", "or", "not"]
+    labels = ["O"] * 5 + ["COMMA", "O", "O", "O", "COMMA"]
+    assert caption_text(raw, labels, "well", False) == "so no, believe it or not,"
+    assert (
+        caption_text(["and...", "you", "know"], ["COMMA", "O", "PERIOD"], "well", False) == "and, you know."
+    )
+    assert caption_text(["Okay.,", "so", "..."], ["COMMA", "O", "PERIOD"]) == "Okay, so."
+    raw, labels = ["Mr.", "Smith", "left", "the", "U.S.", "No."], ["O", "O", "O", "O", "PERIOD", "COMMA"]
+    assert caption_text(raw, labels) == "Mr. Smith left the U.S. No,"
+    screen = Screen(io.StringIO())  # the mic's live line
+    heard = [Word(w) for w in ("Okay.", "and...", ".", "so")]
+    screen.words(P.Recognised(0, tuple(heard), ()))
+    labels = ["COMMA", "COMMA", "O", "PERIOD"]
+    screen.events(
+        P.Events(tuple(PunctEvent(i, w.text, label, True) for i, (w, label) in enumerate(zip(heard, labels))))
+    )
+    assert re.sub("\x1b\\[[0-9;]*m", "", screen.line()).strip() == "Okay, and, so."
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_the_caption_page_shows_one_mark_a_word_the_punctuators():
+    """Issue 77: the caption page's live line showed "Okay.," (the recogniser's mark, then
+    streampunct's): its showLive, run in node on a page stub."""
+    page = (Path(streampunct.__file__).parent / "server" / "page" / "index.html").read_text()
+    show_live = re.search(r"^function showLive.*?^}", page, re.DOTALL | re.MULTILINE)
+    assert show_live
+    script = (
+        "const shown = []; const document = { createElement: () => ({}) };\n"
+        "const $ = () => ({ replaceChildren: (...s) => shown.push(...s.map((x) => x.textContent)) });\n"
+        'let sentenceEnd = true, committed = new Map([[0, { text: "Okay.", mark: "," }], '
+        '[1, { text: "and...", mark: "," }], [2, { text: "so", mark: "." }]]);\n'
+        f"{show_live.group(0)}\nshowLive([]); console.log(shown.join(''));\n"
+    )
+    out = subprocess.run(["node", "-e", script], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "Okay, and, so."
+
+
+def test_no_capital_in_mid_sentence_but_a_name_the_recogniser_always_capitalised():
+    """Issue 77: "you Can you tell her listeners", "a Podcast", "No, No.", "engineering,
+    Biomedical": the recogniser's capitals (a pass that begins mid-sentence, its own sentence
+    ends) kept inside streampunct's sentences. A capital there stays only on a word the
+    recogniser capitalised every time it wrote it inside its sentences in the session so far
+    (a name), and on I; never on a word that is never a name (a function word, "okay")."""
+    said = [
+        ("I", "O"), ("study", "O"), ("biomedical", "O"), ("engineering", "O"), ("for", "O"), ("a", "O"),
+        ("podcast.", "PERIOD"), ("Anna", "O"), ("asked", "O"), ("you", "O"), ("Can", "O"), ("you", "O"),
+        ("tell", "O"), ("her", "O"), ("listeners", "QUESTION"), ("No,", "COMMA"), ("No.", "PERIOD"),
+        ("It's", "O"), ("a", "O"), ("Podcast", "O"), ("about", "O"), ("engineering,", "COMMA"),
+        ("Biomedical", "O"), ("engineering.", "O"), ("Okay", "O"), ("Anna", "O"), ("and", "O"), ("I", "O"),
+        ("agree", "PERIOD"),
+    ]  # fmt: skip
+    assert conversation_lines(said) == (
+        "I study biomedical engineering for a podcast. Anna asked you can you tell her listeners? No, no. "
+        "It's a podcast about engineering, biomedical engineering okay Anna and I agree."
+    )
+
+
+def test_a_cut_is_not_a_sentence_end():
+    """Issue 77: only the end of the stream ends a sentence that no mark ended (Finish: the
+    captioner's flush). A line closed at its length, a pause (the pause clock's Tick) and a
+    recognition pass's cut end none: their words keep the punctuator's marks."""
+    from types import SimpleNamespace
+
+    from streampunct.options import RecognizerOptions
+    from streampunct.pipeline import CaptionPipeline
+    from streampunct.stream import Finish, Push, Tick
+
+    pipeline = CaptionPipeline(SimpleNamespace(options=RecognizerOptions()))
+    words = [
+        Word(w, i * 0.4, i * 0.4 + 0.3)
+        for i, w in enumerate("we went to the sea and we swam all day".split() * 3)
+    ]
+    pipeline.captioner.add_words(0, words)  # as the pipeline's pushes give them
+    events = [PunctEvent(i, w.text, "O", True) for i, w in enumerate(words)]
+    lines = pipeline.punctuated(events[:20], Push(tuple(words), 8.0)) + pipeline.punctuated(
+        events[20:], Tick(20.0)
+    )
+    assert len(lines) >= 3 and not any(c.text.endswith((".", "?", ",")) for c in lines)
+    assert [c.text[-1] for c in pipeline.punctuated([], Finish())] == ["."]

@@ -38,6 +38,7 @@ from streampunct.clients.common import (
     write_subtitles,
 )
 from streampunct.flags import Parser
+from streampunct.text import shown_word
 
 END_WAIT_S = 30.0  # after Ctrl-C, how long the server may take to send the last captions
 
@@ -80,6 +81,9 @@ class Screen:
         for text, mark in self.committed.values():
             if mark is None:
                 parts.append(text)
+                continue
+            text = shown_word(text)  # the recogniser's own marks off: one mark, the punctuator's
+            if not text:
                 continue
             if start:
                 text = text[:1].upper() + text[1:]
