@@ -9,6 +9,7 @@ field and its help line (docs/usage.md lists them with :func:`config_toml`). No 
 - :class:`RecognizerOptions`: the streaming recogniser's (:class:`streampunct.speech.StreamingRecognizer`);
 - :class:`FrontEndOptions`: what the caption pipeline does between the recogniser and the
   punctuation stream (:class:`streampunct.pipeline.CaptionPipeline`);
+- :class:`CueOptions`: the clients' subtitle files (:func:`streampunct.captions.subtitle_cues`);
 - :class:`Limits`: a server connection's limits (:mod:`streampunct.server.guard`).
 
 The values are the shipped front end's: docs/latency.md measures them.
@@ -33,7 +34,8 @@ if sys.version_info >= (3, 11):
     import tomllib
 
 __all__ = [
-    "StreamOptions", "RecognizerOptions", "FrontEndOptions", "Limits", "SentenceEnds", "Commit", "TABLES",
+    "StreamOptions", "RecognizerOptions", "FrontEndOptions", "CueOptions", "Limits", "SentenceEnds", "Commit",
+    "TABLES",
     "read_config", "options_from_config", "config_toml",
 ]  # fmt: skip
 
@@ -146,6 +148,29 @@ class FrontEndOptions:
         "provisional_lookahead": "the recogniser's provisional words are lookahead for the committed ones (never final)",
         "pause_clock": "in a pause with every word committed, each silent chunk moves the punctuation clock",
     }
+
+
+@dataclass(frozen=True)
+class CueOptions:
+    """The cues of the subtitle files that ``streampunct file`` and ``mic`` write (SRT, WebVTT), by
+    broadcast practice (:func:`streampunct.captions.subtitle_cues`)."""
+
+    max_line_chars: int = 42
+    max_lines: int = 2
+    min_cue_s: float = 1.0
+    max_chars_per_s: float = 20.0
+
+    HELP: ClassVar[dict[str, str]] = {
+        "max_line_chars": "characters a subtitle line holds at most",
+        "max_lines": "lines a subtitle cue holds at most",
+        "min_cue_s": "seconds a subtitle cue stays on screen at least",
+        "max_chars_per_s": "reading rate: a cue stays until read at this many characters a second, if the next allows",
+    }
+
+    def __post_init__(self) -> None:
+        for name in ("max_line_chars", "max_lines", "min_cue_s", "max_chars_per_s"):
+            if getattr(self, name) <= 0:
+                raise StreamPunctError(f"{name} must be over 0, not {getattr(self, name)}")
 
 
 STREAMS_PER_CLIENT = 8  # Limits.max_streams_per_client bound beyond loopback, unless given

@@ -25,6 +25,7 @@ __all__ = [
     "normalize_labeled",
     "render",
     "caption_text",
+    "shown_word",
     "read_iwslt",
 ]
 
@@ -51,12 +52,16 @@ _ABBREVIATIONS = frozenset(
 _EDGE_PUNCT = '"“”‘’«»()[]{}<>,;:!?¡¿…-–—*_/\\|~`^'
 _APOSTROPHES = str.maketrans({"’": "'", "‘": "'", "ʼ": "'"})
 # Words that are never a name: a capital on one inside a sentence is the recogniser's (a pass
-# that starts mid-sentence capitalises its first word), and is lowered (caption_text).
+# that starts mid-sentence capitalises its first word), and is lowered (caption_text). A caption
+# line or cue breaks well before one (streampunct.captions).
 FUNCTION_WORDS = frozenset(
     "a an the and but or nor so yet for of to in on at by with from as if then than that this these those "
     "there here my your his her its our their me him us them we you he she they it is are was were be been "
-    "am do does did have has had would could shall should must not no what which who how when where why".split()
+    "am do does did have has had would could can shall should must not no what which who how when where why "
+    "because".split()
 )
+# Said between words, never a name either.
+_INTERJECTIONS = frozenset("okay ok yeah yes um uh oh alright".split())
 _HAS_WORD_CHAR = re.compile(r"[\w&%$€£@#+]", re.UNICODE)
 
 
@@ -205,47 +210,74 @@ def render(tokens: Sequence[str], labels: Sequence[str], sentence_start: bool = 
     return " ".join(out)
 
 
+def shown_word(word: str) -> str:
+    """A recogniser's word as a caption shows it, before its casing and streampunct's mark: edge
+    punctuation, an ellipsis and the recogniser's own final marks off, so that the word carries at
+    most one final mark, the punctuator's; an abbreviation's or initialism's dot stays ("Mr.",
+    "U.S.", not "No.": the word no). A word of marks alone ("...", ".") shows as nothing.
+
+    >>> shown_word("and..."), shown_word("Okay.,"), shown_word("U.S."), shown_word("No."), shown_word("...")
+    ('and', 'Okay', 'U.S.', 'No', '')
+    """
+    surface = word.strip().translate(_APOSTROPHES).strip(_EDGE_PUNCT + '"')
+    if not _HAS_WORD_CHAR.search(surface):
+        return ""
+    bare = surface.rstrip(".")
+    dotted = "." in bare or (bare + ".").lower() in _ABBREVIATIONS - {"no."}
+    return bare + "." if dotted and bare != surface else bare
+
+
 def caption_text(
     raw: Sequence[str],
     labels: Sequence[str],
     previous: str | None = None,
     sentence_start: bool = True,
-    names: set[str] | None = None,
+    names: dict[str, bool] | None = None,
 ) -> str:
     """Render a recogniser's own words (keeping their casing) with streampunct's marks.
 
-    The recogniser's punctuation is dropped. A capital it wrote only because it began a sentence
-    of its own (after its own ``.?!``, or at the stream's start: ``previous`` is the raw word
-    before ``raw[0]``, None at the start) is lowered; other capitals (names) stay.
-    ``sentence_start``: whether ``raw[0]`` begins one of streampunct's sentences. ``names``, kept
-    by the caller across calls: the words the recogniser capitalised inside its sentences; such a
-    word keeps its capital at a sentence start of the recogniser's too ("Okay. Anna said" ->
-    "okay, Anna said"). It is added to here.
+    The recogniser's punctuation is dropped (:func:`shown_word`; a word of marks alone with it,
+    its label going to the word before when that one has none). A capital it wrote only because
+    it began a sentence of its own (after its own ``.?!``, or at the stream's start: ``previous``
+    is the raw word before ``raw[0]``, None at the start) is lowered; so is one inside a sentence
+    on a word that is never a name (``FUNCTION_WORDS``, "okay") or that it wrote in lower case
+    before. ``sentence_start``: whether ``raw[0]`` begins one of streampunct's sentences.
+    ``names``, kept by the caller across calls (a session), updated here: per word (lower case),
+    whether the recogniser capitalised it every time it wrote it inside its sentences so far. Such
+    a word is a name and keeps its capital, at a sentence start of the recogniser's too ("Okay.
+    Anna said" -> "okay, Anna said").
     """
-    names = set() if names is None else names
+    names = {} if names is None else names
     if len(raw) != len(labels):
         raise InputError(f"{len(raw)} words but {len(labels)} labels")
     tokens: list[str] = []
     token_labels: list[str] = []
     before = previous
     for word, label in zip(raw, labels):
-        surface = word.strip().translate(_APOSTROPHES).strip(_EDGE_PUNCT + '"')
-        if surface.endswith(".") and normalize(word) and not normalize(word)[-1].endswith("."):
-            surface = surface.rstrip(".")
-        own_start = before is None or before.strip().endswith((".", "?", "!"))
-        pronoun = surface == "I" or surface.startswith("I'")
-        if surface[:1].isupper() and not pronoun:
-            key = surface.lower().split("'")[0]  # "Anna's" is Anna
-            if key in FUNCTION_WORDS:
-                surface = surface[0].lower() + surface[1:]
-            elif not own_start:
-                names.add(key)
-            elif key not in names:
-                surface = surface[0].lower() + surface[1:]
+        surface = shown_word(word)
+        own_start = before is None or (  # an abbreviation's dot ends no sentence ("Mr. Smith")
+            before.strip().endswith((".", "?", "!")) and not shown_word(before).endswith(".")
+        )
         before = word
-        if surface:
-            tokens.append(surface)
-            token_labels.append(label)
+        if not surface:
+            if label != "O" and token_labels and token_labels[-1] == "O":
+                token_labels[-1] = label
+            continue
+        pronoun = surface == "I" or surface.startswith("I'")
+        key = surface.lower().split("'")[0]  # "Anna's" is Anna
+        if surface[:1].isupper() and not pronoun:
+            if key in FUNCTION_WORDS or key in _INTERJECTIONS:
+                name = False
+            elif own_start:
+                name = names.get(key, False)
+            else:
+                name = names.setdefault(key, True)
+            if not name:
+                surface = surface[0].lower() + surface[1:]
+        elif surface[:1].islower():
+            names[key] = False
+        tokens.append(surface)
+        token_labels.append(label)
     return render(tokens, token_labels, sentence_start)
 
 

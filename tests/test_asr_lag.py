@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from streampunct.errors import StreamPunctError
 from streampunct.options import RecognizerOptions
 from streampunct.speech import SAMPLE_RATE, Skip, StreamingRecognizer
+from streampunct.types import Word
 
 # The recogniser with none of the shipped front end's policies (a pass a second, LocalAgreement-2
 # alone, the 30 s encoder window): each test here turns on the one it checks.
@@ -290,6 +291,42 @@ def test_two_passes_agree_on_a_word_only_once_the_earlier_heard_audio_after_it(a
     assert misread == [agree_after_s is None] * len(committed)
     committed += rec.finish()
     assert [int(w.text.rstrip("x")[1:]) for w in committed] == list(range(20))
+
+
+def timed(text: str, start: float, end: float) -> list:
+    """``text``'s words spread evenly from ``start`` to ``end``."""
+    words = text.split()
+    step = (end - start) / len(words)
+    return [Word(w, start + i * step, start + (i + 1) * step) for i, w in enumerate(words)]
+
+
+@pytest.mark.parametrize("lead", ["", "I did", "so I did"])
+def test_a_passage_the_recogniser_decodes_twice_is_committed_once(lead):
+    """Issue 77: a passage captioned twice ("Okay, so I did my undergraduate at / Old Dominion
+    University. / I did so I did my undergraduate at / Old Dominion University at very."). Whisper
+    can decode a stretch of the buffer twice and time the second copy after the first, past the
+    last commit; the time filter lets it through, and the copy, longer than the 5 words a
+    hypothesis may restate at its start and after other words, was committed on first sight
+    (settled) or by agreement. A restated passage of 5 words or more after up to 3 others is
+    dropped; the words after it are committed once, as are words said twice in a row."""
+    passage = "Okay, so I did my undergraduate at Old Dominion University."
+    policy = StreamingRecognizer(None).policy  # the shipped front end's commit policy
+    committed = []
+    for heard in (13.5, 14.0):  # two passes agree on the passage
+        committed += policy.update(timed(passage, 10.0, 13.0), heard_until=heard)
+    assert " ".join(w.text for w in committed) == passage
+    copy = timed(f"{lead} so I did my undergraduate at Old Dominion University at very", 13.2, 15.8)
+    for heard in (16.0, 16.5, 17.0):  # the copy, timed after the passage
+        committed += policy.update(timed(passage, 10.0, 13.0) + copy, heard_until=heard)
+    committed += policy.settle()
+    assert " ".join(w.text for w in committed) == passage + " at very"
+    # a passage said again after other words, heard as it is said, is no copy
+    said = "we went to the sea and then we went to the sea again"
+    policy, committed = StreamingRecognizer(None).policy, []
+    words = timed(said, 0.0, 0.4 * len(said.split()))
+    for heard in np.arange(0.5, words[-1].end + 1, 0.5):
+        committed += policy.update([w for w in words if w.end <= heard], heard_until=heard)
+    assert " ".join(w.text for w in committed + policy.settle()) == said
 
 
 class EndsSentences(ReadsTheSignal):

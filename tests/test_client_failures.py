@@ -141,9 +141,16 @@ def one_line(err: str, prog: str) -> str:
 
 
 def cues(path: Path) -> list[str]:
-    """The texts of an SRT or WebVTT file's cues."""
+    """The texts of an SRT or WebVTT file's cues (their lines joined)."""
     blocks = path.read_text().removeprefix("WEBVTT\n\n").strip().split("\n\n")
-    return [b.split(" --> ", 1)[1].split("\n", 1)[1].strip() for b in blocks if " --> " in b]
+    return [" ".join(b.split(" --> ", 1)[1].split("\n")[1:]).strip() for b in blocks if " --> " in b]
+
+
+def subtitled(prefix: Path) -> str:
+    """The words of the subtitle files PREFIX.srt and PREFIX.vtt (the same in both)."""
+    srt, vtt = cues(prefix.with_suffix(".srt")), cues(prefix.with_suffix(".vtt"))
+    assert srt == vtt
+    return " ".join(srt)
 
 
 def test_the_failing_server_speaks_the_protocol():
@@ -167,7 +174,7 @@ def test_file_client_keeps_the_captions(ending, tmp_path, capsys):
     )
     texts = [m["text"] for m in BEFORE_FAILING["/v1/asr"]]
     assert [s.split("] ", 1)[1] for s in stdout.splitlines()] == texts
-    assert cues(out.with_suffix(".srt")) == cues(out.with_suffix(".vtt")) == texts
+    assert subtitled(out) == " ".join(texts)
 
 
 def test_file_client_without_subtitles_says_so(tmp_path, capsys, monkeypatch):
@@ -218,7 +225,7 @@ def test_mic_client_keeps_the_captions(ending, tmp_path):
         f"wrote {out}.srt, {out}.vtt)"
     )
     texts = [m["text"] for m in BEFORE_FAILING["/v1/asr"]]
-    assert cues(out.with_suffix(".srt")) == cues(out.with_suffix(".vtt")) == texts
+    assert subtitled(out) == " ".join(texts)
 
 
 def test_a_second_ctrl_c_in_the_mic_client_keeps_the_captions_shown(tmp_path):
@@ -258,7 +265,7 @@ def test_a_second_ctrl_c_in_the_mic_client_keeps_the_captions_shown(tmp_path):
     line = one_line(err, "mic")
     assert line == f"streampunct mic: interrupted (after 2 captions; wrote {out}.srt, {out}.vtt)"
     assert err.strip().count("\n") == 0, err
-    assert cues(out.with_suffix(".srt")) == cues(out.with_suffix(".vtt")) == texts
+    assert subtitled(out) == " ".join(texts)
 
 
 @pytest.fixture
@@ -306,7 +313,7 @@ def test_file_client_when_the_asr_server_is_killed(speech, tmp_path):
     assert line.startswith("streampunct file: error: the connection to the server was lost ("), line
     captions = f"{len(texts)} caption" + ("" if len(texts) == 1 else "s")
     assert line.endswith(f"after {captions}; wrote {out}.srt, {out}.vtt)"), line
-    assert cues(out.with_suffix(".srt")) == cues(out.with_suffix(".vtt")) == texts
+    assert subtitled(out) == " ".join(texts)
     # nothing else on stderr but what the server said of its recognition (on a busy machine, that
     # its compute ratio passed the bound)
     assert [x for x in err.strip().splitlines() if not x.startswith("server: recognition")] == [line]
@@ -340,7 +347,7 @@ def test_ctrl_c_in_the_file_client_keeps_the_captions_shown(speech, tmp_path):
     captions = f"{len(texts)} caption" + ("" if len(texts) == 1 else "s")
     line = one_line(err, "file")
     assert line == f"streampunct file: interrupted (after {captions}; wrote {out}.srt, {out}.vtt)"
-    assert cues(out.with_suffix(".srt")) == cues(out.with_suffix(".vtt")) == texts
+    assert subtitled(out) == " ".join(texts)
     # nothing else on stderr but the client's start and what it said of recognition
     said = err.strip().splitlines()
     assert [x for x in said if not x.startswith(("streampunct: loading", "recognition takes"))] == [line], err

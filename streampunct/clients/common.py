@@ -22,11 +22,11 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
 from websockets.frames import CloseCode
 
 from streampunct import protocol as P
-from streampunct.captions import Caption, to_srt, to_vtt
+from streampunct.captions import Caption, subtitle_cues, to_srt, to_vtt
 from streampunct.errors import StreamPunctError
 from streampunct.flags import add_config_flags, add_int8_flag, config_from_flags
-from streampunct.options import StreamOptions
-from streampunct.types import ENGINES
+from streampunct.options import CueOptions, StreamOptions
+from streampunct.types import ENGINES, Word
 
 DEFAULT_URL = "ws://127.0.0.1:8765"
 # A server at its capacity refuses new streams (HTTP 503 `busy`, Retry-After): a client tries again
@@ -272,20 +272,47 @@ async def send_then_finish(
         raise
 
 
-def write_subtitles(prefix: str, captions: list[Caption]) -> list[Path]:
-    paths = [Path(prefix + ".srt"), Path(prefix + ".vtt")]
-    paths[0].write_text(to_srt(captions))
-    paths[1].write_text(to_vtt(captions))
-    return paths
+def add_subtitle_args(ap: argparse.ArgumentParser) -> None:
+    """The flags of the subtitle files' cues (:class:`CueOptions`: ``--max-line-chars``, ...)."""
+    add_config_flags(ap.add_argument_group("the cues of the .srt and .vtt files"), CueOptions)
 
 
-def keep_captions(lost: SessionLost, captions: list[Caption], prefix: str | None) -> SessionLost:
-    """Write the subtitles of the captions received before the loss (none if ``prefix`` is None);
-    the loss, its line saying what was kept."""
-    notes = [f"after {len(captions)} caption{'' if len(captions) == 1 else 's'}"]
-    if prefix is not None:
-        notes.append("wrote " + ", ".join(str(p) for p in write_subtitles(prefix, captions)))
-    return lost.noting(*notes)
+class Transcript:
+    """What a client writes its subtitle files from: the caption lines received, in order, and the
+    times of their words, by stream index (from the words messages); ``options``: the cues' rules
+    (:func:`add_subtitle_args`'s flags: ``Transcript.of(args)``)."""
+
+    def __init__(self, options: CueOptions | None = None) -> None:
+        self.options = options
+        self.captions: list[Caption] = []
+        self.words: dict[int, Word] = {}
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> Transcript:
+        return cls(config_from_flags(args, CueOptions))
+
+    def see(self, msg: P.ServerMessage) -> None:
+        if isinstance(msg, P.Recognised):
+            self.words.update((msg.first + i, w) for i, w in enumerate(msg.committed))
+        elif isinstance(msg, P.Captioned):
+            self.captions.append(msg.caption)
+
+    def write(self, prefix: str) -> list[Path]:
+        """``PREFIX.srt`` and ``PREFIX.vtt``."""
+        cues = subtitle_cues(self.captions, self.words, self.options)
+        paths = [Path(prefix + ".srt"), Path(prefix + ".vtt")]
+        paths[0].write_text(to_srt(cues))
+        paths[1].write_text(to_vtt(cues))
+        return paths
+
+    def keep(self, lost: SessionLost, prefix: str | None) -> SessionLost:
+        """Write the subtitles of the captions received before the loss (none if ``prefix`` is
+        None); the loss, its line saying what was kept."""
+        n = len(self.captions)
+        notes = [f"after {n} caption{'' if n == 1 else 's'}"]
+        if prefix is not None:
+            notes.append("wrote " + ", ".join(str(p) for p in self.write(prefix)))
+        return lost.noting(*notes)
 
 
 async def _with_server(main: Callable[[argparse.Namespace], Any], args: argparse.Namespace) -> Any:

@@ -7,7 +7,8 @@ in chunks, paced like live audio (``--speed 4`` sends four times faster, ``--spe
 possible; the server recognises it as fast as it can, and the client says when that is slower than
 ``--speed``). Each caption line is printed when it is final, with its latency: the seconds from the
 end of its last word in the audio, as sent at ``--speed``, to the moment the caption arrived. At
-the end ``OUT.srt`` and ``OUT.vtt`` are written (``--out``, default: the audio file's name). A
+the end ``OUT.srt`` and ``OUT.vtt`` are written (``--out``, default: the audio file's name), their
+cues laid out by broadcast rules (at most ``--max-line-chars`` a line, ``--max-lines`` a cue). A
 session lost on the way (the server failed or the connection dropped) still writes the captions
 received, says what happened in one line and exits with status 1; Ctrl-C writes those shown, exit
 status 130.
@@ -34,15 +35,15 @@ from streampunct.clients.common import (
     Interrupted,
     Recognition,
     SessionLost,
+    Transcript,
     add_stream_args,
-    keep_captions,
+    add_subtitle_args,
     messages,
     open_stream,
     run_client,
     send_then_finish,
     server_says,
     stream_config,
-    write_subtitles,
 )
 from streampunct.flags import Parser
 
@@ -85,10 +86,11 @@ async def stream_file(
     config: P.Config,
     on_caption: Any = None,
     token: str | None = None,
+    transcript: Transcript | None = None,
 ) -> Result:
     """Send the audio paced at ``speed``; collect every message with the audio clock at its arrival.
     A session that ends before the server's ``end`` raises SessionLost (``on_caption`` has seen
-    every caption that arrived)."""
+    every caption that arrived, ``transcript`` every message)."""
     ws, _ = await open_stream(url, "/v1/asr", config, token)
     pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
     step = int(CHUNK_S * 16000) * 2
@@ -105,6 +107,8 @@ async def stream_file(
         async for msg in messages(ws):
             result.timeline.append((audio_clock(), msg.to_dict()))
             recognition.see(msg)
+            if transcript is not None:
+                transcript.see(msg)
             match msg:
                 case P.Captioned(c):
                     result.captions.append(c)
@@ -133,21 +137,20 @@ async def stream_file(
 
 async def main(args: argparse.Namespace) -> int:
     audio = load_audio(args.audio)
-    captions: list[Caption] = []
+    transcript = Transcript.of(args)
     prefix = None if args.no_subtitles else args.out or Path(args.audio).stem
 
     def show(c: Caption, latency: float) -> None:
-        captions.append(c)
         lag = "" if latency != latency else f", {latency:3.1f}s late"  # NaN when not paced
         print(f"[{c.start or 0:7.2f}s{lag}] {c.text}", flush=True)
 
     config = stream_config(args)
     try:
-        result = await stream_file(args.url, audio, args.speed, config, show, args.token)
+        result = await stream_file(args.url, audio, args.speed, config, show, args.token, transcript)
     except SessionLost as lost:
-        raise keep_captions(lost, captions, prefix) from lost
+        raise transcript.keep(lost, prefix) from lost
     except asyncio.CancelledError:  # Ctrl-C
-        raise keep_captions(Interrupted("interrupted"), captions, prefix) from None
+        raise transcript.keep(Interrupted("interrupted"), prefix) from None
     lat = result.latencies
     if lat and args.speed > 0:
         print(
@@ -155,7 +158,7 @@ async def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if prefix is not None:
-        for p in write_subtitles(prefix, captions):
+        for p in transcript.write(prefix):
             print(f"wrote {p}", file=sys.stderr)
     return 0
 
@@ -169,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", help="prefix of the .srt and .vtt files (default: the audio file's name)")
     ap.add_argument("--no-subtitles", action="store_true", help="write no .srt/.vtt")
     add_stream_args(ap)
+    add_subtitle_args(ap)
     return ap
 
 

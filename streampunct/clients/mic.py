@@ -27,17 +27,18 @@ from streampunct.clients.common import (
     Interrupted,
     Recognition,
     SessionLost,
+    Transcript,
     add_stream_args,
+    add_subtitle_args,
     finish,
-    keep_captions,
     messages,
     open_stream,
     run_client,
     server_says,
     stream_config,
-    write_subtitles,
 )
 from streampunct.flags import Parser
+from streampunct.text import shown_word
 
 END_WAIT_S = 30.0  # after Ctrl-C, how long the server may take to send the last captions
 
@@ -81,6 +82,9 @@ class Screen:
             if mark is None:
                 parts.append(text)
                 continue
+            text = shown_word(text)  # the recogniser's own marks off: one mark, the punctuator's
+            if not text:
+                continue
             if start:
                 text = text[:1].upper() + text[1:]
             parts.append(f"{BRIGHT}{text}{mark}{RESET}")
@@ -107,20 +111,20 @@ async def main(args: argparse.Namespace) -> int:
 
     ws, _ = await open_stream(args.url, "/v1/asr", stream_config(args), args.token)
     screen = Screen()
-    captions: list[Caption] = []
+    transcript = Transcript.of(args)
 
     recognition = Recognition(prefix="\n")
 
     async def receive() -> None:
         async for msg in messages(ws):
             recognition.see(msg)
+            transcript.see(msg)
             match msg:
                 case P.Recognised():
                     screen.words(msg)
                 case P.Events():
                     screen.events(msg)
                 case P.Captioned(caption):
-                    captions.append(caption)
                     screen.caption(caption)
                 case P.Error(code, message):
                     server_says(f"{code}: {message}", prefix="\n")
@@ -153,8 +157,8 @@ async def main(args: argparse.Namespace) -> int:
     await ws.close()
     print(file=sys.stdout)
     if lost is not None:
-        raise keep_captions(lost, captions, args.out)
-    for p in write_subtitles(args.out, captions):
+        raise transcript.keep(lost, args.out)
+    for p in transcript.write(args.out):
         print(f"wrote {p}", file=sys.stderr)
     return 0
 
@@ -165,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--out", default="captions", help="prefix of the .srt and .vtt files (default: captions)")
     add_stream_args(ap)
+    add_subtitle_args(ap)
     return ap
 
 

@@ -14,6 +14,10 @@ __all__ = ["LocalAgreement", "UNSURE_BELOW", "word_key"]
 # A word the recogniser gives a probability under this is unsure: it settles after
 # ``settle_unsure_after_s`` (LocalAgreement).
 UNSURE_BELOW = 0.5
+# A hypothesis whose new words restate this many of the last committed words or more, after at
+# most RESTATED_LEAD others, decoded them twice: they are dropped (people seldom say five words
+# twice in a row; a repeated phrase of fewer stays).
+RESTATED_WORDS, RESTATED_LEAD = 5, 3
 
 
 def word_key(text: str) -> str:
@@ -143,11 +147,23 @@ class LocalAgreement:
         return words
 
     def _drop_repeated_commits(self, new: list[Word]) -> list[Word]:
-        """A hypothesis may restate the last committed words (up to 5) at its start: drop them."""
-        if not new or not self.committed or new[0].start is None or abs(new[0].start - self.last_end) >= 1:
+        """A hypothesis may restate the last committed words at the start of its new words: drop
+        them. Up to 5 where the new words start within 1 s of the last commit (whisper_streaming's
+        rule, for times that jitter); a passage of RESTATED_WORDS or more, after up to
+        RESTATED_LEAD other words, wherever they start: Whisper can decode a stretch twice and time
+        the second copy after the first, past the last commit ("... Old Dominion University. I did
+        so I did my undergraduate at Old Dominion University at ...")."""
+        if not new or not self.committed:
             return new
-        for n in range(min(5, len(self.committed), len(new)), 0, -1):
-            if [word_key(w.text) for w in self.committed[-n:]] == [word_key(w.text) for w in new[:n]]:
+        done, keys = [word_key(w.text) for w in self.committed], [word_key(w.text) for w in new]
+        for lead in range(min(RESTATED_LEAD, len(keys)) + 1):
+            for n in range(min(len(done), len(keys) - lead), RESTATED_WORDS - 1, -1):
+                if keys[lead : lead + n] == done[-n:]:
+                    return new[lead + n :]
+        if new[0].start is None or abs(new[0].start - self.last_end) >= 1:
+            return new
+        for n in range(min(5, len(done), len(keys)), 0, -1):
+            if done[-n:] == keys[:n]:
                 return new[n:]
         return new
 
