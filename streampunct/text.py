@@ -265,7 +265,8 @@ def caption_text(
             continue
         pronoun = surface == "I" or surface.startswith("I'")
         key = surface.lower().split("'")[0]  # "Anna's" is Anna
-        if surface[:1].isupper() and not pronoun:
+        capitals = len(surface) > 1 and surface.isupper()  # an acronym, or words in capitals: as written
+        if surface[:1].isupper() and not pronoun and not capitals:
             if key in FUNCTION_WORDS or key in _INTERJECTIONS:
                 name = False
             elif own_start:

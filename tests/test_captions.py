@@ -236,6 +236,13 @@ def test_no_capital_in_mid_sentence_but_a_name_the_recogniser_always_capitalised
     )
 
 
+def test_a_word_the_recogniser_wrote_in_capitals_stays_so():
+    """Found by the server's sentence test: mid-sentence "THE COAST AND" came out "tHE cOAST aND"
+    (the first letter lowered). An acronym or a word in capitals is kept as written."""
+    said = [("we", "O"), ("went", "O"), ("to", "O"), ("THE", "O"), ("COAST", "O"), ("and", "O"), ("NASA", "PERIOD")]  # fmt: skip
+    assert conversation_lines(said) == "We went to THE COAST and NASA."
+
+
 def test_a_cut_is_not_a_sentence_end():
     """Issue 77: only the end of the stream ends a sentence that no mark ended (Finish: the
     captioner's flush). A line closed at its length, a pause (the pause clock's Tick) and a
