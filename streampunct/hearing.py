@@ -9,11 +9,13 @@ it wrote is one bit. :class:`SpeechFusion` reads, for a word's last token:
   fusion's (:class:`~streampunct.prosody.PauseFusion`: the pauses, the marks the recogniser wrote);
 - the pause after the word, as far as the decision may see it;
 - the recogniser's mark probabilities (:attr:`Cues.marks <streampunct.types.Cues>`,
-  :mod:`streampunct.speech.marks`), with a flag saying whether they are there;
+  :mod:`streampunct.speech.marks`), with a flag saying whether they are there, and the same
+  log probabilities scaled by the text model's confidence (its largest probability), so that a
+  slot's linear model can trust the recogniser less where the text model is sure;
 
 and gives the decision's logits by a multinomial logistic model, one per decision slot: nothing
 ahead (k=0), one word ahead, two or more (and offline), and a word decided at its time limit. It
-is small (68 weights a slot), so that it is fitted on recognised human speech itself
+is small (88 weights a slot), so that it is fitted on recognised human speech itself
 (``streampunct calibrate --speech ... --hearing``, :mod:`streampunct.training.hearing`) rather
 than on text given synthetic times. A word without a decoder score has zeros and a flag of 0
 there and is decided on the rest (the fit learns that case from copies of its rows without the
@@ -38,7 +40,8 @@ __all__ = ["SpeechFusion", "SLOTS", "slot_of", "inputs", "INPUTS", "MARK_INPUTS"
 
 SLOTS = ("k=0", "k=1", "k>=2", "time limit")
 N_LABELS = 4
-MARK_INPUTS = 6  # there, then log P of COMMA, PERIOD, QUESTION, a segment's end, going on
+MARK_INPUTS = 11  # there, log P of COMMA, PERIOD, QUESTION, a segment's end, going on; those five gated
+GATED = 5  # the last MARK_INPUTS: the five log probabilities times the text model's largest probability
 INPUTS = 2 * N_LABELS + 2 + MARK_INPUTS
 FLOOR = 1e-4  # probabilities under this read as this
 
@@ -59,7 +62,7 @@ def inputs(text: np.ndarray, fused: np.ndarray, pause: Sequence[float] | None, c
     """One decision's inputs: the text model's and the pause fusion's log probabilities (N_LABELS
     each), whether the pause after the word is known and its log-scaled length (the first two of
     ``prosody.pause_features``), and the marks (a flag, then five log probabilities; zeros where
-    the word has none)."""
+    the word has none), then those five times the text model's largest probability."""
     x = np.zeros(INPUTS, dtype=np.float32)
     x[:N_LABELS] = _log_softmax(text.astype(np.float64))
     x[N_LABELS : 2 * N_LABELS] = _log_softmax(fused.astype(np.float64))
@@ -69,6 +72,7 @@ def inputs(text: np.ndarray, fused: np.ndarray, pause: Sequence[float] | None, c
         p = [*cues.marks, 1.0 - sum(cues.marks)]
         x[10] = 1.0
         x[11:16] = [math.log(max(FLOOR, v)) for v in p]
+        x[16:] = x[11:16] * math.exp(float(x[:N_LABELS].max()))
     return x
 
 
@@ -90,11 +94,12 @@ class SpeechFusion:
         self.report = report or {}
 
     @staticmethod
-    def identity() -> SpeechFusion:
-        """The fusion that gives the pause fusion's decision back (where a fit starts)."""
+    def identity(first: int = N_LABELS) -> SpeechFusion:
+        """The fusion that gives back the decision whose log probabilities start at input ``first``:
+        the pause fusion's (where a fit starts), or the text model's (0)."""
         fusion = SpeechFusion()
         for s in range(len(SLOTS)):
-            fusion.weights[s, N_LABELS : 2 * N_LABELS] = np.eye(N_LABELS)
+            fusion.weights[s, first : first + N_LABELS] = np.eye(N_LABELS)
         return fusion
 
     def logits(self, x: np.ndarray, slots: np.ndarray) -> np.ndarray:
@@ -126,6 +131,8 @@ class SpeechFusion:
             )
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"cannot read {path}: {e}") from e
+        if fusion.weights.ndim == 3 and fusion.weights.shape[1] == INPUTS - GATED:  # fitted without them
+            fusion.weights = np.concatenate([fusion.weights, np.zeros((len(SLOTS), GATED, N_LABELS))], 1)
         shape = (len(SLOTS), INPUTS, N_LABELS)
         if (
             fusion.weights.shape != shape

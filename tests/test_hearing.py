@@ -63,7 +63,34 @@ def with_hearing(fusion: SpeechFusion | None) -> Punctuator:
 
 
 def test_the_blocks_are_the_inputs_the_fusion_reads():
-    assert MARK_INPUTS == 6 and INPUTS == BLOCKS["marks"].stop == 16
+    assert MARK_INPUTS == 11 and INPUTS == BLOCKS["marks"].stop == BLOCKS["gated"].stop == 21
+
+
+def test_the_gated_marks_are_the_marks_times_the_text_models_confidence():
+    cues = Cues((0.1, 0.6, 0.05, 0.1))
+    sure, unsure = np.array([8.0, 0.0, 0.0, 0.0]), np.zeros(4)
+    a, b = inputs(sure, sure, None, cues), inputs(unsure, unsure, None, cues)
+    assert np.allclose(a[BLOCKS["gated"]], a[11:16] * np.exp(a[:4].max()))
+    assert np.allclose(b[BLOCKS["gated"]], b[11:16] / 4)  # four labels, equally likely
+    assert not inputs(sure, sure, None, Cues(None))[BLOCKS["gated"]].any()
+
+
+def test_a_fusion_fitted_before_the_gated_marks_loads_and_decides_as_it_did(tmp_path):
+    fusion = period_fusion()
+    fusion.save(tmp_path / "h.json")
+    data = json.loads((tmp_path / "h.json").read_text())
+    data["weights"] = np.array(data["weights"])[:, : INPUTS - 5].tolist()
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    old = SpeechFusion.load(tmp_path / "old.json")
+    assert old.weights.shape == fusion.weights.shape and not old.weights[:, BLOCKS["gated"]].any()
+    words = heard(TEXT, {3, 8})
+    assert with_hearing(old).predict(words, 2) == with_hearing(fusion).predict(words, 2)
+
+
+def test_the_text_prior_gives_the_text_models_decision_back():
+    x = inputs(np.array([0.0, 2.0, 0.0, 0.0]), np.array([0.0, 0.0, 3.0, 0.0]), None, Cues(None))
+    assert SpeechFusion.identity(0).logits(x[None], np.array([2]))[0].argmax() == 1
+    assert SpeechFusion.identity().logits(x[None], np.array([2]))[0].argmax() == 2
 
 
 def test_the_identity_fusion_decides_as_the_pause_fusion_does():

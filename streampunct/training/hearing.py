@@ -11,7 +11,8 @@ reference's mark moved onto it (:func:`streampunct.scoring.compare`) its label. 
 the stream's own, made where the stream makes them: nothing is recomputed beside it.
 
 Per slot, a multinomial logistic model is fitted by L-BFGS with an L2 penalty that pulls it
-towards the pause fusion's decision (the identity: with little data it stays there), on the rows
+towards the text model's decision (with little data it stays there; the pause fusion's, with
+``prior``, held on speech dev but cost the talks: docs/decisions.md), on the rows
 and on copies of them with the recogniser's marks taken away (so that a word without them is
 decided on the rest); then each slot's decision offsets are tuned for
 micro-F1 (:func:`~streampunct.training.calibrate.tune_offsets`). Left out: each recording is
@@ -28,7 +29,7 @@ import numpy as np
 import torch
 
 from ..decision import Decision
-from ..hearing import INPUTS, N_LABELS, SLOTS, SpeechFusion
+from ..hearing import GATED, INPUTS, N_LABELS, SLOTS, SpeechFusion
 from ..pipeline import replay
 from ..scoring import compare, metrics, pool, reference, word_references, word_tokens
 from ..text import LABELS
@@ -42,7 +43,9 @@ BLOCKS: dict[str, slice] = {
     "pause fusion": slice(4, 8),
     "pause": slice(8, 10),
     "marks": slice(10, INPUTS),
+    "gated": slice(INPUTS - GATED, INPUTS),  # the marks scaled by the text model's confidence
 }
+PRIORS = ("text", "pause fusion")  # the decision a fit is pulled towards: the text model's, by default
 LABEL_ID = {label: i for i, label in enumerate(LABELS)}
 
 
@@ -109,11 +112,13 @@ def fit(
     l2: float = 1.0,
     drop: Sequence[str] = (),
     tune: bool = True,
+    prior: str = PRIORS[0],
 ) -> SpeechFusion:
     """A fusion fitted on ``rows`` (those where ``keep``), with the input blocks ``drop`` left out
-    (the ablation): per slot, L2 towards the identity, the rows and copies of them without the
-    marks (at a third of the weight); then the offsets."""
-    fusion = SpeechFusion.identity()
+    (the ablation): per slot, L2 towards the ``prior``'s decision (the pause fusion's, or the text
+    model's), the rows and copies of them without the marks (at a third of the weight); then the
+    offsets."""
+    fusion = SpeechFusion.identity(BLOCKS[prior].start)
     keep = np.ones(len(rows.gold), dtype=bool) if keep is None else keep
     x_all = _without(rows.x, drop)
     for s in range(len(SLOTS)):
@@ -174,17 +179,32 @@ def decide(fusion: SpeechFusion, t: Traced) -> list[str]:
 
 
 def left_out(
-    traced: dict[tuple[int, int], Traced], texts: Sequence[str], l2: float = 1.0, drop: Sequence[str] = ()
+    traced: dict[tuple[int, int], Traced],
+    texts: Sequence[str],
+    l2: float = 1.0,
+    drop: Sequence[str] = (),
+    **how: Any,
 ) -> dict[int, dict[int, list[str]]]:
     """Each recording's labels at each lookahead, decided by a fusion fitted on the other
-    recordings (``traced``: (recording, lookahead) -> run)."""
-    fits = held_out(rows_of([(n, t) for (n, _), t in traced.items()]), l2, drop)
+    recordings (``traced``: (recording, lookahead) -> run; ``how``: :func:`held_out`'s)."""
+    fits = held_out(rows_of([(n, t) for (n, _), t in traced.items()]), l2, drop, **how)
     return {n: {k: decide(fusion, t) for (m, k), t in traced.items() if m == n} for n, fusion in fits.items()}
 
 
-def held_out(rows: Rows, l2: float = 1.0, drop: Sequence[str] = ()) -> dict[int, SpeechFusion]:
-    """For each recording of ``rows``, a fusion fitted on the other recordings' rows."""
-    return {int(n): fit(rows, rows.recording != n, l2, drop) for n in np.unique(rows.recording)}
+def held_out(
+    rows: Rows,
+    l2: float = 1.0,
+    drop: Sequence[str] = (),
+    fit_on: Sequence[int] | None = None,
+    prior: str = PRIORS[0],
+) -> dict[int, SpeechFusion]:
+    """For each recording of ``rows``, a fusion fitted on the other recordings' rows (of those in
+    ``fit_on``, if given)."""
+    allowed = np.ones(len(rows.recording), dtype=bool) if fit_on is None else np.isin(rows.recording, fit_on)
+    return {
+        int(n): fit(rows, allowed & (rows.recording != n), l2, drop, prior=prior)
+        for n in np.unique(rows.recording)
+    }
 
 
 def micro_f1_of(runs: Sequence[tuple[Sequence[str], Sequence[str], str]]) -> dict[str, Any]:
@@ -215,6 +235,7 @@ def fit_hearing(
     recordings: Sequence[tuple[str, str, Sequence[dict]]],
     l2: float = 10.0,
     log=print,
+    prior: str = PRIORS[0],
 ) -> tuple[SpeechFusion, dict[str, Any]]:
     """The fusion fitted on every one of ``recordings`` ((name, punctuated reference, calls)),
     traced (:func:`trace_all`), and its report: per lookahead, micro-F1 of the stream as it was
@@ -234,7 +255,7 @@ def fit_hearing(
         }
 
     before = {n: {k: traced[n, k].labels for k in lookaheads} for n in range(len(recordings))}
-    after = left_out(traced, texts, l2)
+    after = left_out(traced, texts, l2, prior=prior)
     slots, counts = np.unique(everything.slot, return_counts=True)
     report: dict[str, Any] = {
         "recordings": names,
@@ -251,9 +272,9 @@ def fit_hearing(
     k = max(lookaheads)
     report["ablation"] = {}
     for block in BLOCKS:
-        a = scored(left_out(traced, texts, l2, drop=[block]), k)
+        a = scored(left_out(traced, texts, l2, drop=[block], prior=prior), k)
         report["ablation"][block] = a
         log(f"k={k} without {block}: {a['micro_f1']} (left out)")
-    fusion = fit(everything, None, l2)
+    fusion = fit(everything, None, l2, prior=prior)
     fusion.report = report
     return fusion, report
