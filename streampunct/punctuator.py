@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .decision import Decider, OnDecision, Place, places
+from .decision import Decider, Decision, OnDecision, Place, places
 from .engines import make_engine
 from .errors import CheckpointError, InputError
 from .model import PunctModel
@@ -207,12 +207,24 @@ class Punctuator:
     def label_text(
         self, text: str, lookahead: int | None = None, engine: str = "auto"
     ) -> tuple[list[str], str]:
-        """``predict(text.split())``'s labels and ``punctuate(text)``'s text, from one pass of the model."""
+        """``predict(text.split())``'s labels and ``punctuate(text)``'s text, from one pass of the model.
+        The text is finished: its last word ends a sentence (. or ?, whichever the model's logits
+        there prefer) where the labels, as a stream's, leave it open."""
         check_lookahead(lookahead)
         words = text.split()
         tokens, source = normalize_text(words)
-        token_labels = [LABELS[i] for i in self._label(tokens, lookahead, engine)]
-        return _word_labels(len(words), source, token_labels), render(tokens, token_labels)
+        decided: list[Decision] = []
+        keep = decided.append
+        token_labels = [
+            LABELS[i] for i in self._label(tokens, lookahead, engine, None, source, lambda _, d: keep(d))
+        ]
+        shown = list(token_labels)
+        if shown and shown[-1] in ("O", "COMMA"):  # a finished text ends its sentence, as the model leans
+            scores = decided[-1].logits
+            shown[-1] = (
+                "QUESTION" if scores[LABELS.index("QUESTION")] > scores[LABELS.index("PERIOD")] else "PERIOD"
+            )
+        return _word_labels(len(words), source, token_labels), render(tokens, shown)
 
     def _label(
         self,

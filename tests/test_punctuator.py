@@ -107,3 +107,14 @@ def test_broken_checkpoint(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"n_layer": 2}))
     with pytest.raises(CheckpointError, match="does not fit"):
         Punctuator.load(tmp_path)
+
+
+def test_a_finished_text_ends_its_last_sentence():
+    """Issue 77: `punctuate("so how was it")` gave no question mark. A finished text ends a
+    sentence at its last word (. or ?, as the model's logits lean); predict()'s labels, a stream's,
+    leave it open."""
+    p = Punctuator.load()
+    assert p.punctuate("so how was it") == "So how was it?"
+    assert p.punctuate("i went home", lookahead=2) == "I went home."
+    labels, text = p.label_text("so how was it", 2)
+    assert labels == p.predict("so how was it".split(), lookahead=2) and text.endswith("?")

@@ -120,4 +120,6 @@ def test_the_python_example_runs_as_a_script_and_prints_what_it_says(tmp_path):
     assert lines[0] == "So how did it go? Well, it went fine. Thanks. What about you?"
     assert f"# {lines[0]}" in example.group(1)
     assert "PunctEvent(index=0, word='so', label='O', final=True)" in lines
-    assert lines[-1].startswith("[PunctEvent(") and "final=True" in lines[-1]
+    # the tick's line: the revised words carry times, so their time limits fire (issue 77: it printed [])
+    assert lines[-2].startswith("[PunctEvent(") and "final=True" in lines[-2] and "QUESTION" in lines[-2]
+    assert lines[-1] == "[]"  # finish: nothing was left
