@@ -56,6 +56,7 @@ from streampunct.training.hearing import (
     held_out,
     left_out,
     micro_f1_of,
+    rows_in,
     rows_of,
     trace_all,
 )
@@ -106,10 +107,7 @@ def fitted(every: list[dict], runs: dict[tuple[int, int], Traced], l2: float, ho
     """A variant's fusion fitted on all of its recordings (every lookahead)."""
     kw = _fit_on(every, how)
     rows = rows_of([(n, t) for (n, _), t in runs.items()])
-    keep = (
-        np.ones(len(rows.gold), dtype=bool) if kw["fit_on"] is None else np.isin(rows.recording, kw["fit_on"])
-    )
-    return fit(rows, keep, l2, kw["drop"], prior=kw["prior"])
+    return fit(rows, rows_in(rows, kw["fit_on"]), l2, kw["drop"], prior=kw["prior"])
 
 
 def variants(

@@ -213,14 +213,14 @@ class Punctuator:
         check_lookahead(lookahead)
         words = text.split()
         tokens, source = normalize_text(words)
-        decided: list[Decision] = []
-        keep = decided.append
+        last: dict[str, Decision] = {}  # the last token's decision alone (batch.py labels whole documents)
         token_labels = [
-            LABELS[i] for i in self._label(tokens, lookahead, engine, None, source, lambda _, d: keep(d))
+            LABELS[i]
+            for i in self._label(tokens, lookahead, engine, None, source, lambda _, d: last.update(d=d))
         ]
         shown = list(token_labels)
         if shown and shown[-1] in ("O", "COMMA"):  # a finished text ends its sentence, as the model leans
-            scores = decided[-1].logits
+            scores = last["d"].logits
             shown[-1] = (
                 "QUESTION" if scores[LABELS.index("QUESTION")] > scores[LABELS.index("PERIOD")] else "PERIOD"
             )

@@ -200,15 +200,20 @@ def test_words_client_prints_what_it_received(ending, tmp_path, capsys):
     assert stdout.splitlines() == ["So what did you do?", "We went."]  # the last final words too
 
 
-@pytest.mark.parametrize("ending", ["error", "drop"])
-def test_mic_client_keeps_the_captions(ending, tmp_path):
+def fake_mic_env(tmp_path) -> dict[str, str]:
+    """The environment of a mic client whose microphone (tests/fake_mic) plays a second of silence."""
     pcm = tmp_path / "silence.pcm"
     pcm.write_bytes(bytes(16000 * 2))
-    env = {
+    return {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "fake_mic"), str(ROOT)]),
         "FAKE_MIC_PCM": str(pcm),
     }
+
+
+@pytest.mark.parametrize("ending", ["error", "drop"])
+def test_mic_client_keeps_the_captions(ending, tmp_path):
+    env = fake_mic_env(tmp_path)
     out = tmp_path / "live"
     with failing_server(ending) as url:
         mic = subprocess.run(
@@ -232,13 +237,7 @@ def test_a_second_ctrl_c_in_the_mic_client_keeps_the_captions_shown(tmp_path):
     """Issue 77: Ctrl-C ends the mic's stream and waits for the server's last words; a second one,
     before a server that does not answer, exited 130 with no subtitles and nothing said. It
     writes the captions shown, says so in one line, and exits with 130."""
-    pcm = tmp_path / "silence.pcm"
-    pcm.write_bytes(bytes(16000 * 2))
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "fake_mic"), str(ROOT)]),
-        "FAKE_MIC_PCM": str(pcm),
-    }
+    env = fake_mic_env(tmp_path)
     out = tmp_path / "live"
     with failing_server("hang") as url:
         mic = subprocess.Popen(

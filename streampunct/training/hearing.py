@@ -191,6 +191,15 @@ def left_out(
     return {n: {k: decide(fusion, t) for (m, k), t in traced.items() if m == n} for n, fusion in fits.items()}
 
 
+def rows_in(rows: Rows, recordings: Sequence[int] | None) -> np.ndarray:
+    """Which of ``rows`` are of ``recordings`` (None: all)."""
+    return (
+        np.ones(len(rows.recording), dtype=bool)
+        if recordings is None
+        else np.isin(rows.recording, recordings)
+    )
+
+
 def held_out(
     rows: Rows,
     l2: float = 1.0,
@@ -200,7 +209,7 @@ def held_out(
 ) -> dict[int, SpeechFusion]:
     """For each recording of ``rows``, a fusion fitted on the other recordings' rows (of those in
     ``fit_on``, if given)."""
-    allowed = np.ones(len(rows.recording), dtype=bool) if fit_on is None else np.isin(rows.recording, fit_on)
+    allowed = rows_in(rows, fit_on)
     return {
         int(n): fit(rows, allowed & (rows.recording != n), l2, drop, prior=prior)
         for n in np.unique(rows.recording)
