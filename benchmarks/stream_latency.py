@@ -11,7 +11,8 @@ caches would (`window_logits`), timed on the same words in the same run. Memory 
 process's resident set after 3,600 and after 36,000 pushed words (an hour of speech at 10 words a
 second). Streams per core: one core's time budget divided by the work of a stream speaking 3 words
 a second, for each engine at k=2. Another model than the default writes stream_latency_<name>.json
-(and its stream-<name> section in docs/results.md).
+(and its stream-<name> section in docs/results.md), with the default's one-core time timed beside it
+on the same words (the window engine, k=2) and the ratio of the two.
 """
 
 from __future__ import annotations
@@ -155,6 +156,12 @@ def main() -> None:
         "streams_per_core_at_3_words_per_s_window": int(1 / (3 * one_core_window)),
     }
     model_dir = checkpoint_dir(args.model)
+    if model_dir != DEFAULT_CHECKPOINT:  # the default beside it, in the same run: what it costs against it
+        default = Punctuator.load(None, device=args.device)
+        time_pushes(default, sample[:200], 2, "window")  # warm-up
+        beside = statistics.fmean(time_pushes(default, sample[:1000], 2, "window"))
+        payload["default_one_core_mean_push_ms_k2_window"] = 1000 * beside
+        payload["compute_vs_default_k2_window"] = one_core_window / beside
     suffix = ("" if model_dir == DEFAULT_CHECKPOINT else f"_{model_dir.name}") + device_suffix(p.device)
     payload["model"], payload["int8"] = str(model_dir), args.int8
     print(f"wrote {write_json(f'stream_latency{suffix}.json', payload, 'int8' if args.int8 else None)}")
@@ -198,6 +205,11 @@ def table(payload: dict, source: str = "stream_latency.json") -> str:
             text += (
                 f"; window engine {payload['one_core_mean_push_ms_k2_window']:.2f} ms, about "
                 f"{payload['streams_per_core_at_3_words_per_s_window']}"
+            )
+        if "compute_vs_default_k2_window" in payload:
+            text += (
+                f"; {payload['compute_vs_default_k2_window']:.1f} times the default's "
+                f"{payload['default_one_core_mean_push_ms_k2_window']:.2f} ms, timed beside it"
             )
         text += f". {doc_text.where(m, threads=payload['threads'])}."
     else:

@@ -519,7 +519,15 @@ EXTERNAL = {
 MODEL_STACK = {"torch", "numpy", "tokenizers", "safetensors", "tqdm", "faster_whisper", "ctranslate2"}
 
 
+# The servers: their malloc arenas capped from the process's start (streampunct/server/allocator.py).
+SERVERS = ("serve", "serve-ray")
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None and sys.argv[1:2] and sys.argv[1] in SERVERS:  # this process's own command line
+        from .server.allocator import run_with_arena_cap
+
+        run_with_arena_cap()
     argv = sys.argv[1:] if argv is None else argv
     try:
         if argv and argv[0] in EXTERNAL:

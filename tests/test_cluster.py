@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -152,6 +153,11 @@ def test_serve_ray_guards_its_streams_as_serve_does(ray_serve):
     refusal = asyncio.run(go())
     assert refusal.status_code == 503 and int(refusal.headers["Retry-After"]) >= 1
     assert json.loads(refusal.body)["code"] == "busy"
+    # FastAPI's own pages answered without the token (issue 76): none is there
+    for page in ("/docs", "/redoc", "/openapi.json"):
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(url.replace("ws://", "http://") + page)
+        assert missing.value.code == 404, page
 
 
 def test_two_encoder_replicas_share_the_streams_and_each_stream_stays_on_its_own(ray_serve, shipped):

@@ -268,7 +268,10 @@ def test_asr_protocol_errors(asr_server):
 
 @needs_espeak
 @needs_chromium
-def test_browser_caption_page(asr_server, speech, tmp_path):
+@pytest.mark.parametrize("lines", ["captions", "sentences"])
+def test_browser_caption_page(asr_server, speech, tmp_path, lines):
+    """The page as a user works it: Start, speech, Stop; its lines are roll-up captions, or whole
+    sentences (issue 77: "the page can show sentences"); the header, Stop included, stays in view."""
     http = asr_server.replace("ws://", "http://")
     fake_mic = (
         "--use-fake-ui-for-media-stream",
@@ -279,6 +282,8 @@ def test_browser_caption_page(asr_server, speech, tmp_path):
     with chromium(f"{http}/", *fake_mic) as target:
         # the page opens the microphone only when the user presses Start
         assert asyncio.run(cdp_eval(target, "document.querySelector('#status').textContent")) == "idle"
+        choose = f"document.querySelector('#lines').value = '{lines}'"
+        asyncio.run(cdp_eval(target, choose))
         press = "const b = document.querySelector('#toggle'); b.click(); setTimeout(() => b.click(), 17000)"
         asyncio.run(cdp_eval(target, press, gesture=True))  # Start, then Stop after the 16 s of speech
         status = None
@@ -292,8 +297,15 @@ def test_browser_caption_page(asr_server, speech, tmp_path):
                 target, "[...document.querySelectorAll('#captions p')].map(p => p.lastChild.textContent)"
             )
         )
-        if os.environ.get("STREAMPUNCT_SCREENSHOT"):  # docs/usage.md's picture: a path to write it to
+        if os.environ.get("STREAMPUNCT_SCREENSHOT") and lines == "captions":  # docs/usage.md's picture
             asyncio.run(cdp_screenshot(target, Path(os.environ["STREAMPUNCT_SCREENSHOT"])))
+        # a minute of lines later (a page taller than the window), scrolled to the last: Stop in view
+        tall = "Object.assign(document.createElement('div'), {style: 'height: 5000px'})"
+        asyncio.run(cdp_eval(target, "document.querySelector('#captions').prepend(" + tall + ")"))
+        asyncio.run(cdp_eval(target, "window.scrollTo(0, document.body.scrollHeight)"))
+        where = "[window.scrollY, document.querySelector('header').getBoundingClientRect().top]"
+        scrolled = asyncio.run(cdp_eval(target, where))
+        assert isinstance(scrolled, list) and scrolled[0] > 1000 and scrolled[1] == 0, scrolled
         assert status == "done", status
         assert isinstance(captions, list) and captions
         check_transcript(captions)

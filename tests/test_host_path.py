@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from benchmarks.host_path import small_model, trial
 from streampunct.engines import WindowPass
-from streampunct.server.allocator import cap_arenas, heap, keep_trimmed
+from streampunct.server.allocator import arenas, heap, keep_trimmed
 
 
 def test_an_open_stream_holds_kilobytes_not_model_states():
@@ -30,9 +33,39 @@ def test_an_open_stream_holds_kilobytes_not_model_states():
     assert all(w.rows is not None and w.rows.shape == (len(w.pieces), 4) for w in passes)
 
 
-def test_the_allocator_is_left_alone_where_the_operator_set_it(monkeypatch):
-    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
-    assert cap_arenas() is False
+# Eight threads that each malloc, then the process's arena count (after run_with_arena_cap, with "cap").
+THREADS = """
+import ctypes, sys, threading
+from streampunct.server.allocator import arenas, run_with_arena_cap
+if sys.argv[1:] == ["cap"]:
+    run_with_arena_cap()
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+def work():
+    for _ in range(2000):
+        libc.free(ctypes.c_void_p(libc.malloc(4096)))
+threads = [threading.Thread(target=work) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(arenas())
+"""
+
+
+def arenas_after_threads(*args: str, **env: str) -> int:
+    environ = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"} | env
+    out = subprocess.run([sys.executable, "-c", THREADS, *args], capture_output=True, text=True, env=environ)
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout)
+
+
+@pytest.mark.skipif(arenas() is None, reason="not glibc: no arenas to count")
+def test_a_server_process_starts_with_its_arenas_capped():
+    """Issue 76: ``mallopt`` from a running process changed nothing once threads had arenas, and
+    said it did. The command runs itself again with the limit set: eight threads, one arena; left
+    alone they take several, and an operator's own ``MALLOC_ARENA_MAX`` decides."""
+    assert arenas_after_threads() > 2  # the control: without the cap, threads take arenas
+    assert arenas_after_threads("cap") == 1
+    assert arenas_after_threads("cap", MALLOC_ARENA_MAX="3") == 3
 
 
 def test_trimming_runs_until_cancelled():

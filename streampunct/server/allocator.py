@@ -7,7 +7,11 @@ batches of varied streams, windows that grow in steps. Spread over sixteen arena
 the freed pieces never came together again: 20 full-speed ``/v1/punct`` streams took ``serve``
 from 460 to 1,671 MB in two minutes. With one arena the same run held at 985 MB, at the same
 throughput; ``serve`` also hands the pages that freed memory leaves whole back every 10 s
-(docs/soak.md). ``MALLOC_ARENA_MAX`` in the environment still decides where it is set.
+(docs/soak.md). glibc reads its arena limit once, when a thread first needs an arena of its own, so
+the limit is set before any thread starts: ``serve`` and ``serve-ray`` run themselves again with
+``MALLOC_ARENA_MAX`` in the environment (:func:`run_with_arena_cap`), and Ray starts each replica with
+it (``ARENA_ENV``); a ``mallopt`` once threads have arenas changes nothing and still says it did.
+``MALLOC_ARENA_MAX`` already in the environment decides where it is set.
 """
 
 from __future__ import annotations
@@ -16,13 +20,14 @@ import asyncio
 import ctypes
 import functools
 import os
+import sys
 from typing import Any
 
-__all__ = ["ARENAS", "TRIM_EVERY_S", "cap_arenas", "keep_trimmed", "heap"]
+__all__ = ["ARENAS", "ARENA_ENV", "TRIM_EVERY_S", "arenas", "run_with_arena_cap", "keep_trimmed", "heap"]
 
 ARENAS = 1
+ARENA_ENV = {"MALLOC_ARENA_MAX": str(ARENAS)}  # the environment a server process starts in
 TRIM_EVERY_S = 10.0
-M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
 
 
 class _Mallinfo2(ctypes.Structure):
@@ -49,20 +54,39 @@ def _glibc() -> Any:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:
         return None
-    if not (hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim")):
+    if not hasattr(libc, "malloc_trim"):
         return None
     if hasattr(libc, "mallinfo2"):
         libc.mallinfo2.restype = _Mallinfo2
     return libc
 
 
-def cap_arenas(n: int = ARENAS) -> bool:
-    """At most ``n`` malloc arenas from now on; False where ``MALLOC_ARENA_MAX`` is set or the C
-    library is not glibc (nothing changed)."""
+def run_with_arena_cap() -> None:
+    """Run this process's command again with ``ARENA_ENV`` set (the same process id, files and
+    arguments), so that glibc caps its arenas from the first malloc; returns at once where the
+    environment sets ``MALLOC_ARENA_MAX`` already or the C library is not glibc. Call it first
+    thing, before any thread starts: what ran before it runs again."""
+    if "MALLOC_ARENA_MAX" in os.environ or _glibc() is None:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, **ARENA_ENV})
+
+
+def arenas() -> int | None:
+    """How many malloc arenas this process has (glibc's ``malloc_info``); None where the C library
+    is not glibc."""
     libc = _glibc()
-    if "MALLOC_ARENA_MAX" in os.environ or libc is None:
-        return False
-    return bool(libc.mallopt(M_ARENA_MAX, n))
+    if libc is None or not hasattr(libc, "malloc_info") or not hasattr(libc, "open_memstream"):
+        return None
+    libc.open_memstream.restype = ctypes.c_void_p
+    buf, size = ctypes.c_void_p(), ctypes.c_size_t()
+    stream = ctypes.c_void_p(libc.open_memstream(ctypes.byref(buf), ctypes.byref(size)))
+    libc.malloc_info(0, stream)
+    libc.fclose(stream)
+    info = ctypes.string_at(buf, size.value).decode()
+    libc.free(buf)
+    return info.count("<heap nr=")
 
 
 async def keep_trimmed(every_s: float = TRIM_EVERY_S) -> None:

@@ -54,7 +54,7 @@ from streampunct.options import (
     read_config,
 )
 from streampunct.scheduler import LOAD_WINDOW_S, Batcher, Load, lanes_for
-from streampunct.server.allocator import cap_arenas, keep_trimmed
+from streampunct.server.allocator import keep_trimmed, run_with_arena_cap
 from streampunct.server.guard import LOOPBACK_HOSTS, Access, is_loopback
 from streampunct.server.metrics import CONTENT_TYPE_LATEST, Metrics
 from streampunct.server.sessions import AsrSession, PunctSession, Session, log, log_event
@@ -520,7 +520,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
     logging.getLogger("faster_whisper").setLevel(logging.WARNING)
     options = options_from_args(ap, args, tuple(TABLES))
-    cap_arenas()  # before the threads that would each take an arena start
     try:
         punctuator = Punctuator.load(
             args.model, device=args.device, int8=args.int8
@@ -567,4 +566,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    run_with_arena_cap()
     sys.exit(main())

@@ -59,7 +59,7 @@ from ..punctuator import Punctuator
 from ..scheduler import Batcher, Load
 from ..stream import Call, Finish, Push, Revise, Tick
 from ..types import PunctEvent, Sentence, Word
-from .allocator import cap_arenas, keep_trimmed
+from .allocator import ARENA_ENV, keep_trimmed
 from .app import App, access_from_flags, add_config_flag, add_guard_flags, options_from_args
 from .guard import Access
 
@@ -103,7 +103,6 @@ class EncoderReplica:
     """The model, every stream and the batcher that runs their calls together."""
 
     def __init__(self, model: str | None = None, device: str = "auto", int8: bool = False):
-        cap_arenas()
         self.punctuator = Punctuator.load(model, device=device, int8=int8).prepare()
         self.streams: dict[str, Any] = {}
         self.batcher = Batcher()
@@ -342,7 +341,7 @@ class StarletteConnection:
         await self.closed.wait()
 
 
-api = FastAPI()
+api = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)  # only the routes below: none unguarded
 
 
 class SessionReplica:
@@ -392,7 +391,7 @@ def handshake(websocket: WebSocket) -> tuple[Request, int, str | None]:
 Encoder = serve.deployment(name="Encoder", max_ongoing_requests=100_000)(EncoderReplica)
 Sessions = serve.deployment(
     name="Sessions",
-    ray_actor_options={"num_cpus": 0},  # it reads sockets: the encoder is what computes
+    ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": ARENA_ENV}},  # reads sockets: no compute
     max_ongoing_requests=10_000,
     graceful_shutdown_timeout_s=DRAIN_S,
 )(serve.ingress(api)(SessionReplica))
@@ -420,7 +419,8 @@ def deploy(
     already there)."""
     if encoder:  # a GPU of its own on --device cuda (Ray hides the GPUs an actor did not ask for)
         gpus = 1 if device.startswith("cuda") else 0
-        encoder_deployment = Encoder.options(ray_actor_options={"num_cpus": 1, "num_gpus": gpus})
+        started = {"num_cpus": 1, "num_gpus": gpus, "runtime_env": {"env_vars": ARENA_ENV}}  # see allocator
+        encoder_deployment = Encoder.options(ray_actor_options=started)
         for i in range(encoder_replicas):
             serve.run(encoder_deployment.bind(model, device, int8), name=encoder_app(i), route_prefix=None)
     sessions = Sessions.options(num_replicas=session_replicas, graceful_shutdown_timeout_s=drain_s)
