@@ -178,7 +178,8 @@ def test_two_encoder_replicas_share_the_streams_and_each_stream_stays_on_its_own
 
     try:
         held, labels = asyncio.run(go())
-        assert sum(held) == len(texts) and min(held) >= 2, held
+        # both take streams (how many each: their load first, which a loaded machine skews; 5 and 1 seen)
+        assert sum(held) == len(texts) and min(held) >= 1, held
         for words, got in zip(texts, labels, strict=True):
             assert got == shipped.predict(words, lookahead=2)
         assert [e.open_streams.remote().result() for e in encoders] == [0, 0]

@@ -401,6 +401,7 @@ def test_unintelligible_speech_gives_the_same_words_every_run(tmp_path):
     """Speech played backwards passes the voice activity detector and makes Whisper guess. A pass
     decodes once and greedily, never again by sampling at a higher temperature (faster-whisper's
     fallback), so that two recognisers over the same audio commit the same words."""
+    from streampunct.options import RecognizerOptions
     from streampunct.speech import load_whisper
 
     wav = tmp_path / "backwards.wav"
@@ -410,8 +411,9 @@ def test_unintelligible_speech_gives_the_same_words_every_run(tmp_path):
     audio = load_audio(str(wav))[::-1].copy()
     model = load_whisper("tiny.en", "cpu")
     heard = []
+    pad = RecognizerOptions().encoder_pad_s  # the shipped encoder window (a third of the 30 s one's compute)
     for _ in range(2):
-        words = streamed(bare(model, min_chunk_s=0.5), audio)
+        words = streamed(bare(model, min_chunk_s=0.5, encoder_pad_s=pad), audio)
         heard.append([(w.text, w.start, w.end) for w in words])
     assert heard[0], "Whisper guesses words in backwards speech"
     assert heard[1] == heard[0]
