@@ -107,3 +107,54 @@ def test_asr_soak(server, tmp_path):
     assert asr["captions"] > 0
     recognition = figures["recognition"]
     assert 0 < recognition["buffer_max_s"] <= recognition["buffer_limit_s"]
+
+
+def test_the_soak_counted_in_events_counts_every_event_and_its_leaking_control_fails():
+    """Issue 76: benchmarks/soak_events.py's cycles (punct streams with revisions and ticks, and
+    churn: clean and RST closes, clients that stop reading, bad frames, a reconnect storm) against a
+    real server, with its census after each: every word final once, no session failed, nothing
+    kept; against a server that keeps every closed session (the control) the rule fails, else a
+    flat line would prove nothing. (Whether the real server holds flat: the benchmark's cycles,
+    minutes each; short ones here still warm up.)"""
+    from benchmarks.soak_events import run_cycles, serve, verdict
+
+    words, _ = make_text(4000)
+    per = {"punct_streams": 3, "punct_seconds": 20.0, "connections": 40, "asr_seconds": 0.0}
+    for leak, cycles_run in ((False, 2), (True, 3)):
+        server = serve({"STREAMPUNCT_LEAK": "connection"} if leak else {}, False)
+        try:
+            cycles = asyncio.run(run_cycles(server, cycles_run, per, words, None, 0, settle_s=0.5))
+        finally:
+            assert server.stop() == 0
+        assert all(c["sessions_failed"] == 0 and c["finals"] == c["words"] > 0 for c in cycles), cycles
+        assert all(min(c["churn"][k] for k in ("clean", "rst", "deaf", "bad", "storm")) for c in cycles), (
+            cycles
+        )
+        assert all(c["traced_mb"] and c["objects"] and c["fds"] and c["threads"] for c in cycles)
+        kept = sum(c["connections"] for c in cycles) if leak else 0
+        assert cycles[-1]["kept"] == kept
+    rule = verdict(cycles, 1)
+    assert not rule["passed"] and any("_asyncio.Task" in b for b in rule["broken"]), rule
+
+
+def test_the_soak_rule_holds_flat_cycles_and_breaks_on_each_kind_of_growth():
+    from benchmarks.soak_events import OBJECT_SLACK, RSS_BAND_MB, TRACED_MB, verdict
+
+    def cycle(n: int, **over: object) -> dict:
+        base = {"cycle": n, "traced_mb": 70.0, "objects": {"a.Session": 100, "b.Task": 60}, "fds": 9,
+                "tasks": 5, "threads": 4, "rss_after_trim_mb": 800.0, "sessions_failed": 0}  # fmt: skip
+        return {**base, **over}
+
+    flat = [cycle(0, rss_after_trim_mb=600.0), cycle(1), cycle(2, threads=6), cycle(3)]
+    assert verdict(flat, 1) == {"passed": True, "broken": []}
+    grown = {
+        "traced": cycle(3, traced_mb=70.0 + TRACED_MB + 0.1),
+        "objects": cycle(3, objects={"a.Session": 100 + OBJECT_SLACK + 1, "b.Task": 60}),
+        "a new type": cycle(3, objects={"a.Session": 100, "b.Task": 60, "c.Kept": 200}),
+        "fds": cycle(3, fds=10),
+        "memory": cycle(3, rss_after_trim_mb=800.0 + RSS_BAND_MB + 1),
+        "a failed session": cycle(3, sessions_failed=1),
+    }
+    for what, last in grown.items():
+        assert not verdict([*flat[:3], last], 1)["passed"], what
+    assert not verdict(flat[:2], 1)["passed"]  # one cycle counted shows no trend

@@ -23,7 +23,16 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["ARENAS", "ARENA_ENV", "TRIM_EVERY_S", "arenas", "run_with_arena_cap", "keep_trimmed", "heap"]
+__all__ = [
+    "ARENAS",
+    "ARENA_ENV",
+    "TRIM_EVERY_S",
+    "arenas",
+    "heap",
+    "keep_trimmed",
+    "run_with_arena_cap",
+    "trim",
+]
 
 ARENAS = 1
 ARENA_ENV = {"MALLOC_ARENA_MAX": str(ARENAS)}  # the environment a server process starts in
@@ -93,12 +102,18 @@ async def keep_trimmed(every_s: float = TRIM_EVERY_S) -> None:
     """Every ``every_s``, hand the pages that freed memory leaves whole back to the system
     (``malloc_trim``), from the holes between live objects as well as from the top; runs until
     cancelled, and at once returns where the C library is not glibc."""
-    libc = _glibc()
-    if libc is None:
+    if _glibc() is None:
         return
     while True:
         await asyncio.sleep(every_s)
-        await asyncio.to_thread(libc.malloc_trim, 0)
+        await asyncio.to_thread(trim)
+
+
+def trim() -> None:
+    """Hand the pages that freed memory leaves whole back to the system now (glibc's
+    ``malloc_trim(0)``); nothing where the C library is not glibc."""
+    if (libc := _glibc()) is not None:
+        libc.malloc_trim(0)
 
 
 def heap() -> dict[str, int] | None:

@@ -54,6 +54,7 @@ from streampunct.options import (
     read_config,
 )
 from streampunct.scheduler import LOAD_WINDOW_S, Batcher, Load, lanes_for
+from streampunct.server import census
 from streampunct.server.allocator import keep_trimmed, run_with_arena_cap
 from streampunct.server.guard import LOOPBACK_HOSTS, Access, is_loopback
 from streampunct.server.metrics import CONTENT_TYPE_LATEST, Metrics
@@ -207,6 +208,8 @@ class App:
             return await self.health()
         if path == "/metrics":
             return Response(200, "OK", Headers({"Content-Type": CONTENT_TYPE_LATEST}), self.metrics.render())
+        if path == "/debug/census" and census.ENABLED:  # the soak's (benchmarks/soak_events.py)
+            return json_response(HTTPStatus.OK, census.census())
         if path in ("/", "/index.html"):
             return page_response()
         if not stream:
@@ -302,6 +305,7 @@ class App:
             except ConnectionClosed:
                 pass
         finally:
+            census.keep(session)  # the soak's control, else nothing
             del self.sessions[session_id]
             self.active -= 1
             self.streams_of[peer] -= 1
