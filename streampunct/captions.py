@@ -177,7 +177,7 @@ def subtitle_cues(
     spans = _layout(shown, o)
     out: list[Cue] = []
     for k, (i, j) in enumerate(spans):
-        lines = _lines(shown[i : j + 1], o)
+        lines = _lines(shown[i : j + 1], o, shown[i - 1] if i else None)
         before = out[-1].end if out else 0.0
         after = shown[spans[k + 1][0]].start if k + 1 < len(spans) else math.inf
         start = max(shown[i].start, before)
@@ -218,21 +218,27 @@ def _capital(w: _Shown) -> bool:
     return w.text[:1].isupper() and not (w.text == "I" or w.text.startswith("I'"))
 
 
-def _break(a: _Shown, b: _Shown) -> float:
-    """What a break between ``a`` and ``b`` costs."""
+def _break(before: _Shown | None, a: _Shown, b: _Shown) -> float:
+    """What a break between ``a`` and ``b`` costs (``before``: the word before ``a``, None at the start)."""
     if _ends_sentence(a):
         return _SENTENCE
     if a.text.endswith((",", ";", ":")):
         return _COMMA
-    if _capital(a) and _capital(b):  # inside a name: b does not begin a sentence
+    starts = before is None or _ends_sentence(before)  # a's capital is its sentence's
+    if _capital(a) and _capital(b) and not starts:  # inside a name: b does not begin a sentence
         return _NAME
     return _FUNCTION if shown_word(b.text).lower() in FUNCTION_WORDS else _SPACE
+
+
+def _breaks(shown: Sequence[_Shown], before: _Shown | None = None) -> list[float]:
+    """What a break after each word costs (after the last: nothing); ``before``: the word before them."""
+    return [_break(x, a, b) for x, a, b in zip([before, *shown], shown, shown[1:])] + [0.0]
 
 
 def _layout(shown: Sequence[_Shown], o: CueOptions) -> list[tuple[int, int]]:
     """The cues' first and last words: the layout of least cost (a shortest path over the words)."""
     n = len(shown)
-    breaks = [_break(a, b) for a, b in zip(shown, shown[1:])] + [0.0]
+    breaks = _breaks(shown)
     best, back = [0.0] + [math.inf] * n, [0] * (n + 1)
     for i in range(n):
         for j, lines in enumerate(_fill(shown, breaks, i, o.max_line_chars), start=i):  # words i to j
@@ -276,10 +282,11 @@ def _fill(shown: Sequence[_Shown], breaks: Sequence[float], first: int, width: i
         yield lines
 
 
-def _lines(shown: Sequence[_Shown], o: CueOptions) -> tuple[str, ...]:
-    """A cue's words in as few lines as hold them, broken where it costs least."""
+def _lines(shown: Sequence[_Shown], o: CueOptions, before: _Shown | None = None) -> tuple[str, ...]:
+    """A cue's words in as few lines as hold them, broken where it costs least (``before``: the
+    word before the cue)."""
     texts = [w.text for w in shown]
-    breaks = [_break(a, b) for a, b in zip(shown, shown[1:])] + [0.0]
+    breaks = _breaks(shown, before)
     *_, count = _fill(shown, breaks, 0, o.max_line_chars)
     if count == 1:
         return (" ".join(texts),)
