@@ -49,6 +49,7 @@ def census() -> dict[str, Any]:
         types[f"{kind.__module__}.{kind.__qualname__}"] += n
     rss = _rss_mb()
     trim()
+    trimmed = _rss_mb()  # before the snapshot below, which allocates
     try:
         tasks = len(asyncio.all_tasks())
     except RuntimeError:  # no running loop
@@ -65,7 +66,7 @@ def census() -> dict[str, Any]:
         "tasks": tasks,
         "threads": threading.active_count(),
         "rss_mb": rss,
-        "rss_after_trim_mb": _rss_mb(),
+        "rss_after_trim_mb": trimmed,
         "arenas": arenas(),
         "kept": len(_kept),
     }
