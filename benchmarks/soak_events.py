@@ -138,13 +138,12 @@ async def _stormed(url: str, rng: random.Random, words: Sequence[str], tally: di
 
 async def churn(url: str, n: int, rng: random.Random, words: Sequence[str]) -> dict[str, int]:
     """``n`` connections of every kind in turn, one after another (a storm counts ``STORM``)."""
-    tally = dict.fromkeys(("connections", "refused", *CHURN), 0)
+    tally = dict.fromkeys(("connections", "refused", "client_errors", *CHURN), 0)
     i = 0
     while tally["connections"] < n:
         try:
             await churn_one(url, CHURN[i % len(CHURN)], rng, words, tally)
         except (ConnectionClosed, OSError) as e:  # a fault the client made: counted, not fatal
-            tally.setdefault("client_errors", 0)
             tally["client_errors"] += 1
             print(f"churn {CHURN[i % len(CHURN)]}: {type(e).__name__}: {e}", flush=True)
         i += 1

@@ -1,7 +1,7 @@
 """Streaming cost: compute time per pushed word, incremental against naive, and memory over an hour.
 
     python -m benchmarks.stream_latency --data ../shared/data/iwslt/test2011 [--threads 2] [--readme]
-    python -m benchmarks.stream_latency --data ... --model base --words 300 --hour 3600 --readme
+    python -m benchmarks.stream_latency --data ... --model base --words 300 --hour 3600
     python -m benchmarks.stream_latency --docs-only [--device cuda]   # the section from the saved result
 
 For each lookahead k, one stream is fed one word per push and every push is timed (p50, p99), under
@@ -10,9 +10,9 @@ the masked engine (incremental) and under the window engine (one window pass per
 caches would (`window_logits`), timed on the same words in the same run. Memory (masked engine): the
 process's resident set after 3,600 and after 36,000 pushed words (an hour of speech at 10 words a
 second). Streams per core: one core's time budget divided by the work of a stream speaking 3 words
-a second, for each engine at k=2. Another model than the default writes stream_latency_<name>.json
-(and its stream-<name> section in docs/results.md), with the default's one-core time timed beside it
-on the same words (the window engine, k=2) and the ratio of the two.
+a second, for each engine at k=2. Another model than the default goes into the same file under
+``settings.<name>`` (no docs section), with the default's one-core time timed beside it on the same
+words (the window engine, k=2) and the ratio of the two.
 """
 
 from __future__ import annotations
@@ -77,21 +77,19 @@ def main() -> None:
         help="rewrite the section from the saved result (--model, --device)",
     )
     args = ap.parse_args()
+    model_dir = checkpoint_dir(args.model)
+    if model_dir != DEFAULT_CHECKPOINT and (args.readme or args.docs_only):
+        ap.error("--readme and --docs-only write the default model's section only")
     if args.docs_only:
-        model_dir = checkpoint_dir(args.model)
-        suffix = ("" if model_dir == DEFAULT_CHECKPOINT else f"_{model_dir.name}") + device_suffix(
-            args.device
-        )
-        name = f"stream_latency{suffix}.json"
-        update_readme(
-            "stream" + suffix.replace("_", "-"), table(json.loads((RESULTS / name).read_text()), name)
-        )
+        name, section = where(args.device)
+        update_readme(section, table(json.loads((RESULTS / name).read_text()), name))
         return
     if not args.data:
         ap.error("--data is required (unless --docs-only)")
 
     torch.set_num_threads(args.threads)
     p = Punctuator.load(args.model, device=args.device, int8=args.int8)
+    name, section = where(p.device)
     words, _ = read_iwslt(args.data)
     sample = words[: args.words]
     time_pushes(p, sample[:200], 2, "masked")  # warm-up
@@ -155,18 +153,24 @@ def main() -> None:
         "one_core_mean_push_ms_k2_window": 1000 * one_core_window,
         "streams_per_core_at_3_words_per_s_window": int(1 / (3 * one_core_window)),
     }
-    model_dir = checkpoint_dir(args.model)
     if model_dir != DEFAULT_CHECKPOINT:  # the default beside it, in the same run: what it costs against it
         default = Punctuator.load(None, device=args.device)
         time_pushes(default, sample[:200], 2, "window")  # warm-up
         beside = statistics.fmean(time_pushes(default, sample[:1000], 2, "window"))
         payload["default_one_core_mean_push_ms_k2_window"] = 1000 * beside
         payload["compute_vs_default_k2_window"] = one_core_window / beside
-    suffix = ("" if model_dir == DEFAULT_CHECKPOINT else f"_{model_dir.name}") + device_suffix(p.device)
     payload["model"], payload["int8"] = str(model_dir), args.int8
-    print(f"wrote {write_json(f'stream_latency{suffix}.json', payload, 'int8' if args.int8 else None)}")
+    other = None if model_dir == DEFAULT_CHECKPOINT else model_dir.name
+    setting = " ".join(x for x in (other, "int8" if args.int8 else None) if x) or None
+    print(f"wrote {write_json(name, payload, setting)}")
     if args.readme:
-        update_readme("stream" + suffix.replace("_", "-"), table(payload, f"stream_latency{suffix}.json"))
+        update_readme(section, table(payload, name))
+
+
+def where(device: object) -> tuple[str, str]:
+    """The result file of a run on ``device`` and its section in docs/results.md."""
+    suffix = device_suffix(device)
+    return f"stream_latency{suffix}.json", "stream" + suffix.replace("_", "-")
 
 
 def table(payload: dict, source: str = "stream_latency.json") -> str:
