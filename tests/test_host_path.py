@@ -33,7 +33,9 @@ def test_an_open_stream_holds_kilobytes_not_model_states():
     assert all(w.rows is not None and w.rows.shape == (len(w.pieces), 4) for w in passes)
 
 
-# Eight threads that each malloc, then the process's arena count (after run_with_arena_cap, with "cap").
+# Eight threads that each malloc and wait for one another before they end (a thread that ended first
+# hands its arena to the next, so the count would depend on scheduling), then the process's arena count
+# (after run_with_arena_cap, with "cap").
 THREADS = """
 import ctypes, sys, threading
 from streampunct.server.allocator import arenas, run_with_arena_cap
@@ -41,9 +43,11 @@ if sys.argv[1:] == ["cap"]:
     run_with_arena_cap()
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
+together = threading.Barrier(8)
 def work():
     for _ in range(2000):
         libc.free(ctypes.c_void_p(libc.malloc(4096)))
+    together.wait()
 threads = [threading.Thread(target=work) for _ in range(8)]
 for t in threads: t.start()
 for t in threads: t.join()
