@@ -2,6 +2,7 @@
 
     python -m benchmarks.text_alone --cache CACHE [--set speech_dev|speech_test] [--models default base DIR]
                                     [--lookaheads 0 1 2 4] [--draws 10000] [--out text_alone]
+                                    [--sources "tiny.en offline" ...] [--left-out DIR --setting NAME]
 
 CACHE is ``python -m benchmarks.e2e record``'s (the speech sets: ``--speech
 ../shared/data/conversation_audio --only speech_dev``). For each recording of the set and each of
@@ -81,6 +82,8 @@ def score(args) -> dict:
     for r in recordings:
         ref = reference(r["text"])
         for source, words in word_sources(r).items():
+            if args.sources and source not in args.sources:
+                continue
             systems = compared.setdefault(source, {})
             texts = ref[0] if words is None else [w["text"] for w in words]
             if words is not None:
@@ -154,12 +157,16 @@ def main() -> None:
         help="also a folder of checkpoints, one a recording (DIR/NAME), each trained without its recording",
     )
     ap.add_argument("--lookaheads", nargs="+", type=int, default=list(LOOKAHEADS), help="and offline")
+    ap.add_argument(
+        "--sources", nargs="+", default=None, help='only these word sources ("tiny.en offline" ...)'
+    )
+    ap.add_argument("--setting", default=None, help="write under settings.SETTING (default: the set's own)")
     ap.add_argument("--unit-tokens", type=int, default=UNIT_TOKENS)
     ap.add_argument("--draws", type=int, default=10000)
     ap.add_argument("--out", default="text_alone", help="benchmarks/results/OUT.json")
     args = ap.parse_args()
     payload = score(args)
-    setting = None if args.set == "speech_dev" else args.set
+    setting = args.setting or (None if args.set == "speech_dev" else args.set)
     print(f"wrote {write_json(f'{args.out}.json', payload, setting)}")
     print(table(payload))
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 
+import pytest
+
+from benchmarks import folds
 from benchmarks.lib.recordings import as_recording
 from benchmarks.text_alone import score, table
 from streampunct import Punctuator
@@ -34,10 +37,13 @@ def test_each_source_alone_and_its_own_marks(tmp_path):
         lookaheads=[0, 2],
         unit_tokens=5,
         draws=200,
+        sources=None,
     )
     out = score(args)
     results = out["results"]
     assert list(results) == ["tiny.en offline", "tiny.en streamed", "reference"]
+    args.sources = ["tiny.en offline"]
+    assert score(args)["results"] == {"tiny.en offline": results["tiny.en offline"]}
     assert out["lookaheads"] == ["k=0", "k=2", "offline"]
     p = Punctuator.load("default", device="cpu")
     ref = reference(TEXT)
@@ -58,3 +64,33 @@ def test_each_source_alone_and_its_own_marks(tmp_path):
     lines = table(out).splitlines()
     assert lines[0] == "| words | own marks | default k=0 | default k=2 | default offline |"
     assert lines[4].startswith("| reference |  | ")
+
+
+def test_a_fold_learns_every_recording_but_the_one_it_leaves_out(tmp_path, monkeypatch):
+    """benchmarks/folds.py: the fold named after a recording trains on the others' words (each
+    recogniser's and the reference's, ``SPEECH_REPEAT`` times) and speech-like text; the taught text is
+    TED, then chit-chat."""
+    cache, conv = tmp_path / "e2e", tmp_path / "conv"
+    cache.mkdir(), conv.mkdir()
+    for name, said in (
+        ("CAR0001", "one two three."),
+        ("CAR0002", "four five."),
+        ("GAS0001", "six."),
+        ("GAS0002", "seven."),
+    ):
+        rec = {"name": name, "set": "speech_dev", "text": said, "streaming": {}}
+        rec["offline"] = {"tiny.en": {"words": _timed(said.rstrip(".").split())}}
+        (cache / f"{name}.json").write_text(json.dumps(rec))
+    for f, word in (("ted_speechlike.tsv", "like"), ("chat_train.tsv", "chat")):
+        (conv / f).write_text(f"{word}\tO\n" * 3)
+    (tmp_path / "ted.tsv").write_text("ted\tPERIOD\n" * 3)
+    monkeypatch.setattr(folds, "SPEECHLIKE_WORDS", 2)
+    monkeypatch.setattr(folds, "TED_WORDS", 1)
+    text = folds.fold_text(cache, conv, "CAR0002", tmp_path).read_text().splitlines()
+    each = [["one\tO", "two\tO", "three\tPERIOD"], ["six\tPERIOD"], ["seven\tPERIOD"]]
+    heard = [line for said in each for line in said * 2]  # a recording's reference, then tiny.en's words
+    assert text == heard * folds.SPEECH_REPEAT + ["like\tO"] * 2
+    taught = folds.taught_text(conv, tmp_path / "ted.tsv", tmp_path).read_text().splitlines()
+    assert taught == ["ted\tPERIOD"] + ["chat\tO"] * 3
+    with pytest.raises(SystemExit):
+        folds.main(["--cache", str(cache), "--conv", str(conv), "--out", str(tmp_path), "--folds", "CAR0009"])
