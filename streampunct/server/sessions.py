@@ -1,7 +1,8 @@
 """One session object per connection: it reads the client's messages, drives the sans-I/O cores
-(a punctuation stream through the server's batcher; on ``/v1/asr``, a caption pipeline too) and
-sends what they make. A bad message gets an ``error`` message and changes nothing; an unexpected
-fault closes that connection alone (1011)."""
+(a punctuation stream on the server's :class:`~.host.Host`; on ``/v1/asr``, a caption pipeline too)
+and sends what they make. What a session needs of its server is a :class:`Context`. A bad message
+gets an ``error`` message and changes nothing; an unexpected fault closes that connection alone
+(1011), a stream the host lost ends with ``unavailable`` and ``end``."""
 
 from __future__ import annotations
 
