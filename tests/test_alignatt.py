@@ -178,13 +178,13 @@ def test_a_server_set_to_alignatt_has_the_decoder_ready_with_the_model():
     """The decoder is read from the weights when the server loads Whisper, not in a live pass."""
     import asyncio
 
-    from streampunct.server.app import App
+    from streampunct.server.host import Recognition
 
-    app = App(None, asr_device="cpu", recognizer_options=RecognizerOptions(commit="alignatt"))
+    recognition = Recognition(device="cpu", options=RecognizerOptions(commit="alignatt"))
     try:
-        model = asyncio.run(app.whisper())
+        model = asyncio.run(recognition.model())
     finally:
-        app.asr_executor.shutdown()
+        recognition.stop()
     decoder, tokenizer, suppressed = model._streampunct_alignatt
     assert isinstance(decoder, WhisperDecoder) and tokenizer.eot > 50000
     assert tokenizer.no_speech in suppressed

@@ -7,6 +7,7 @@ other; the encoder, an application of its own, keeps every stream's state throug
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import urllib.error
@@ -14,10 +15,11 @@ import urllib.request
 
 import pytest
 from websockets.asyncio.client import connect
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from benchmarks.common import WORDS, free_port, talk
 from tests.test_deploy import stream
+from tests.test_server import validate
 
 serve = pytest.importorskip("ray.serve", reason="needs the cluster extra (ray[serve])")
 cluster = pytest.importorskip("streampunct.server.cluster")
@@ -28,9 +30,37 @@ def replicas(app: str, deployment: str) -> dict[str, int]:
     return {str(state): n for state, n in status.replica_states.items()}
 
 
+def get(url: str, path: str, *headers: tuple[str, str]) -> tuple[int, bytes]:
+    """An HTTP GET of ``path`` on the server at ``url``: its status and body."""
+    request = urllib.request.Request(url.replace("ws://", "http://") + path, headers=dict(headers))
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
 def open_streams(url: str) -> int:
-    with urllib.request.urlopen(url.replace("ws://", "http://") + "/health", timeout=10) as r:
-        return json.loads(r.read())["streams"]
+    status, body = get(url, "/health")
+    assert status == 200, body
+    return json.loads(body)["streams"]
+
+
+async def while_deploying(url: str, **deploy) -> list[tuple[int, str | None]]:
+    """The answers to handshakes made while ``cluster.deploy(**deploy)`` runs: status and code."""
+    from tests.test_security import handshake
+
+    deploying = asyncio.create_task(asyncio.to_thread(cluster.deploy, **deploy))
+    answers = []
+    while not deploying.done():
+        try:
+            status, body = await asyncio.to_thread(handshake, url, ("Host", url.removeprefix("ws://")))
+            answers.append((status, body and body.get("code")))
+        except ValueError:  # Ray's proxy, before any application: not JSON
+            answers.append((0, None))
+        await asyncio.sleep(0.2)
+    await deploying
+    return answers
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +81,12 @@ def test_a_session_replica_stopped_mid_stream_finishes_its_streams_and_the_next_
     ray_serve, shipped
 ):
     url = ray_serve
-    cluster.deploy(session_replicas=2, device="cpu", drain_s=120)
+    answers = asyncio.run(while_deploying(url, session_replicas=2, device="cpu", drain_s=120))
+    # issue 76: the port answered 500 while the encoder started; the sessions come first now, and
+    # their guard says 503 unavailable (try again) until the encoder answers
+    assert (503, "unavailable") in answers, answers
+    guarded = answers[answers.index((503, "unavailable")) :]
+    assert set(guarded) <= {(503, "unavailable"), (101, None)}, answers
     assert replicas("sessions", "Sessions") == {"RUNNING": 2}
     texts = [WORDS[i:] + WORDS[:i] + WORDS[:10] for i in range(20)]  # 30 words a stream
     later = texts[:4]
@@ -137,6 +172,7 @@ def test_serve_ray_guards_its_streams_as_serve_does(ray_serve):
             replies = [json.loads(m) async for m in ws]
         assert replies[-1] == {"type": "end", "words": 10}
         hog = await connect(url + "/v1/punct", **auth)  # about a minute of the encoder's compute
+        hogs.append(hog)
         await hog.send(json.dumps({"type": "config", "lookahead": 64}))
         await hog.recv()
         await hog.send(json.dumps({"type": "words", "words": [LONG[i % 4] for i in range(600)]}))
@@ -150,9 +186,33 @@ def test_serve_ray_guards_its_streams_as_serve_does(ray_serve):
             assert time.monotonic() < deadline, "never refused past the encoder's capacity"
             await asyncio.sleep(1)
 
-    refusal = asyncio.run(go())
+    async def hang_up(hog):
+        """Issue 76: a client that hung up left its encoder call running (176 s), and new streams
+        got busy meanwhile; its work is dropped at once now, and a new stream admitted."""
+        await hog.close()
+        t0 = time.monotonic()
+        while True:
+            try:
+                async with connect(url + "/v1/punct", **auth):
+                    return time.monotonic() - t0
+            except InvalidStatus:
+                assert time.monotonic() < t0 + 20, "the hog's work went on after it hung up"
+                await asyncio.sleep(0.5)
+
+    async def both():
+        refusal = await go()
+        return refusal, await hang_up(hogs[0])
+
+    hogs = []
+    refusal, admitted_after = asyncio.run(both())
     assert refusal.status_code == 503 and int(refusal.headers["Retry-After"]) >= 1
     assert json.loads(refusal.body)["code"] == "busy"
+    assert admitted_after < 20
+    # every path behind the guard: /health and /metrics check the Host as every other path does
+    for path in ("/health", "/metrics", "/"):
+        status, body = get(url, path, ("Host", "evil.example"))
+        assert (status, json.loads(body)["code"]) == (403, "forbidden_host"), path
+    assert get(url, "/")[0] == 404  # no caption page: it needs /v1/asr
     # FastAPI's own pages answered without the token (issue 76): none is there
     for page in ("/docs", "/redoc", "/openapi.json"):
         with pytest.raises(urllib.error.HTTPError) as missing:
@@ -185,3 +245,76 @@ def test_two_encoder_replicas_share_the_streams_and_each_stream_stays_on_its_own
         assert [e.open_streams.remote().result() for e in encoders] == [0, 0]
     finally:
         serve.delete(cluster.encoder_app(1))  # its CPU back, for the tests after
+
+
+def kill_encoder() -> None:
+    """Kill encoder-0's replica, as a crash would (Ray Serve's controller starts another)."""
+    import ray
+
+    (replica,) = [
+        a
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["name"].startswith("SERVE_REPLICA::encoder-0#")
+    ]
+    ray.kill(ray.get_actor(replica["name"], namespace=replica["namespace"]), no_restart=True)
+
+
+def test_a_stream_whose_encoder_replica_is_killed_ends_with_unavailable_and_its_end(ray_serve):
+    """Issue 76: after the encoder replica was killed mid-stream, each message of the stream got
+    ``bad_input`` carrying a 2.5 kB Ray traceback, the stream was never ended, and /health said ok.
+    Now the stream ends: ``unavailable`` at its first word not final, then ``end``, no internals;
+    while no encoder answers, /health says ``failing`` and a handshake gets 503 ``unavailable``
+    (as while the encoder starts); once Ray has started another, a new stream is served."""
+    url = ray_serve
+    cluster.deploy(session_replicas=1, device="cpu")
+
+    async def go():
+        async with connect(url + "/v1/punct") as ws:
+            await ws.send(json.dumps({"type": "config", "lookahead": 2}))
+            replies = [json.loads(await ws.recv())]
+            await ws.send(json.dumps({"type": "words", "words": WORDS[:10]}))
+            await ws.send(json.dumps({"type": "sync"}))
+            while replies[-1]["type"] != "synced":
+                replies.append(json.loads(await ws.recv()))
+            await asyncio.to_thread(kill_encoder)
+            health, refusal = await asyncio.gather(
+                asyncio.to_thread(get, url, "/health"), connect(url + "/v1/punct"), return_exceptions=True
+            )
+            await ws.send(json.dumps({"type": "words", "words": WORDS[10:20]}))
+            raw = []
+            with contextlib.suppress(ConnectionClosed):
+                async for message in ws:
+                    raw.append(message)
+            return replies, raw, ws.close_code, health, refusal
+
+    replies, raw, code, (status, body), refusal = asyncio.run(go())
+    final = replies[-1]["final"]
+    after = [json.loads(m) for m in raw]
+    for r in replies + after:
+        validate(r)
+    error, end = after[-2:]
+    assert (
+        error["code"] == "unavailable"
+        and error["word"] == final
+        and (end, code)
+        == (
+            {"type": "end", "words": final, "reason": "stream lost"},
+            1013,
+        )
+    )
+    assert all(len(m) < 300 and "Traceback" not in m and "ray" not in m.lower() for m in raw), raw
+    assert status == 503 and json.loads(body)["status"] == "failing"
+    assert isinstance(refusal, InvalidStatus) and refusal.response.status_code == 503
+    assert json.loads(refusal.response.body)["code"] == "unavailable"
+    deadline = time.monotonic() + 90
+    while True:  # Ray starts another encoder replica
+        try:
+            replies = asyncio.run(talk(url, [{"type": "words", "words": WORDS}]))
+            break
+        except InvalidStatus:
+            assert time.monotonic() < deadline, "no new stream served after the encoder came back"
+            time.sleep(1)
+    assert replies[-1] == {"type": "end", "words": len(WORDS)}
+    assert replicas("encoder-0", "Encoder") == {"RUNNING": 1}
+    status, metrics = get(url, "/metrics")  # serve's metrics, of this session replica
+    assert status == 200 and b'streampunct_failed_sessions_total{endpoint="punct"} 1.0' in metrics

@@ -21,7 +21,7 @@ from streampunct.clients.file import load_audio
 from streampunct.options import Limits, StreamOptions
 from streampunct.pipeline import CaptionPipeline, read_recording, replay, simulate
 from streampunct.server.app import App, run_server
-from streampunct.server.guard import Access
+from streampunct.server.host import LocalHost, Recognition
 from streampunct.server.sessions import AsrSession
 from streampunct.speech import SAMPLE_RATE, StreamingRecognizer, load_whisper
 
@@ -75,10 +75,9 @@ async def through_the_server(
     """The server's session on a clock the test holds: each chunk arrives at its end's audio time,
     and the next is sent once the session has recognised all it was given, as simulate() does."""
     clock = [0.0]
-    app = App(
-        punctuator, access=Access(), limits=Limits(audio_speed=None), clock=lambda: clock[0], record=record
-    )
-    app._whisper = whisper  # the same model object, loaded once
+    recognition = Recognition(clock=lambda: clock[0], record=record)
+    recognition._model = whisper  # the same model object, loaded once
+    app = App(LocalHost(punctuator), recognition=recognition, limits=Limits(audio_speed=None))
     ready = asyncio.Event()
     server = asyncio.create_task(run_server(app, "127.0.0.1", 0, ready, standalone=False))
     await ready.wait()

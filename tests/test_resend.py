@@ -27,6 +27,7 @@ from streampunct import protocol as P
 from streampunct.clients import words
 from streampunct.options import Limits
 from streampunct.server.app import App, run_server
+from streampunct.server.host import LocalHost
 
 VOCAB = "so what did you do we went to the market and bought some bread then came home".split()
 
@@ -38,7 +39,7 @@ def serving(punctuator: Any, max_waiting_words: int) -> Iterator[str]:
 
     async def serve() -> None:
         # max_load off: streams one after another on one server are never refused for its load
-        app = App(punctuator, limits=Limits(max_waiting_words=max_waiting_words, max_load=None))
+        app = App(LocalHost(punctuator), limits=Limits(max_waiting_words=max_waiting_words, max_load=None))
         ready = asyncio.Event()
         server = asyncio.create_task(run_server(app, "127.0.0.1", 0, ready, standalone=False))
         await ready.wait()

@@ -469,19 +469,20 @@ def test_health_says_when_the_server_cannot_compute(tiny):
     """After a batch fails as a whole, /health probes the batcher: 503 "failing" while streams
     cannot be computed, "ok" again once they can."""
     from streampunct.server.app import App
+    from streampunct.server.host import LocalHost
     from tests.test_scheduler import broken_copy
 
     p = broken_copy(tiny)
-    app = App(p)
+    app = App(LocalHost(p))
 
     async def main():
         replies = [await app.health()]
         with pytest.raises(IndexError):
-            await app.batcher.push(p.stream(lookahead=1), ["hello"])
+            await app.host.batcher.push(p.stream(lookahead=1), ["hello"])
         replies.append(await app.health())
         p.model.tok_emb = tiny.model.tok_emb  # the machine recovers
         replies.append(await app.health())
-        await app.batcher.close()
+        await app.host.stop()
         return [(r.status_code, json.loads(r.body)) for r in replies]
 
     (ok, first), (failing, second), (again, third) = asyncio.run(main())

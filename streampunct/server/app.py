@@ -5,8 +5,8 @@
 - ``/health``: plain HTTP, JSON status; ``/metrics``: Prometheus text (:mod:`.metrics`). ``/``: the browser caption page.
 
 Per-connection state lives in one session object per connection; all punctuation work goes through
-one :class:`~streampunct.scheduler.Batcher` (many streams, one forward pass), and speech
-recognition through one worker thread. A bad message gets an ``error`` message and changes
+the host (:class:`~.host.LocalHost`: one :class:`~streampunct.scheduler.Batcher`, many streams, one
+forward pass), and speech recognition through one worker thread (:class:`~.host.Recognition`). A bad message gets an ``error`` message and changes
 nothing; an unexpected fault closes that connection alone (1011). On SIGINT or SIGTERM the server
 stops accepting streams, finishes the open ones (every word final, ``end`` sent), then exits.
 """
@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import concurrent.futures
 import contextlib
 import dataclasses
 import errno
 import itertools
-import json
 import logging
 import math
 import os
@@ -30,7 +28,7 @@ import ssl
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -47,139 +45,83 @@ from streampunct.flags import Parser, add_config_flags, add_int8_flag, flags_giv
 from streampunct.options import (
     STREAMS_PER_CLIENT,
     TABLES,
-    FrontEndOptions,
     Limits,
-    RecognizerOptions,
     options_from_config,
     read_config,
 )
-from streampunct.scheduler import LOAD_WINDOW_S, Batcher, Load, lanes_for
+from streampunct.scheduler import LOAD_WINDOW_S
 from streampunct.server import census
 from streampunct.server.allocator import keep_trimmed, run_with_arena_cap
 from streampunct.server.guard import LOOPBACK_HOSTS, Access, is_loopback
+from streampunct.server.host import Host, LocalHost, Recognition
+from streampunct.server.logs import JsonFormatter, log, log_event
 from streampunct.server.metrics import CONTENT_TYPE_LATEST, Metrics
-from streampunct.server.sessions import AsrSession, PunctSession, Session, log, log_event
+from streampunct.server.sessions import AsrSession, Context, PunctSession, Session
 from streampunct.server.web import json_response, page_response
 
 # The limits an operator sets as flags (each also in --config's [limits], the flag over the file).
 OPERATOR_LIMITS = ("max_streams", "max_streams_per_client", "max_load", "shutdown_grace_s")
 
 
-class JsonFormatter(logging.Formatter):
-    """Structured logs: one JSON object a line."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "ts": round(record.created, 3),
-            "level": record.levelname.lower(),
-            "event": record.getMessage(),
-        }
-        entry.update(getattr(record, "fields", {}))
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
-
-
 class App:
+    """A server's sessions on a :class:`~.host.Host`: its guard (:meth:`admit`), ``/health``,
+    ``/metrics`` and a session per stream (:meth:`handler`). ``serve`` runs one on a
+    :class:`~.host.LocalHost` with a :class:`~.host.Recognition` (``/v1/asr`` and the caption
+    page); each serve-ray session replica one on its encoder replicas, without."""
+
     def __init__(
         self,
-        punctuator: Punctuator | None,
+        host: Host,
         *,
-        batcher: Batcher | None = None,
+        recognition: Recognition | None = None,
         access: Access | None = None,
         limits: Limits | None = None,
         secure: bool = False,
-        asr_model: str | None = None,
-        asr_device: str = "auto",
-        recognizer_options: RecognizerOptions | None = None,
-        front_end: FrontEndOptions | None = None,
-        record: Path | None = None,
-        clock: Callable[[], float] = time.monotonic,
     ):
-        self.punctuator = punctuator
+        self.host = host
+        self.recognition = recognition
         self.access = access or Access()
         self.limits = limits or Limits()
         self.secure = secure  # TLS: the page's own origin is https://
-        self.asr_model_name = asr_model
-        self.asr_device = asr_device
-        self.recognizer_options = recognizer_options or RecognizerOptions()
-        self.front_end = front_end or FrontEndOptions()
-        self.record = record  # a folder: each /v1/asr stream's calls recorded there (pipeline.Recorder)
-        self.clock = clock  # the audio's arrival and the passes' start, for the recogniser's lag
-        self.batcher = batcher or Batcher(lanes=lanes_for(punctuator.device.type) if punctuator else 1)
-        self.asr_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr")
-        self.asr_load = Load()  # the recognition worker's, in audio seconds
-        self._whisper: Any = None
-        self._whisper_lock = asyncio.Lock()
-        self.active = 0
-        self.streams_of: Counter[str | None] = Counter()  # open streams by client address
+        self.streams = ("/v1/punct", "/v1/asr") if recognition is not None else ("/v1/punct",)
         self.sessions: dict[str, Session] = {}  # the open ones, by id
-        self.metrics = Metrics(self)
-        self.batcher.on_batch = self.metrics.observe_batch
-        self.stopped_at = math.inf  # when SIGTERM (or SIGINT) came
-        self.stopping = asyncio.Event()
+        self.streams_of: Counter[str | None] = Counter()  # open streams by client address
+        self.metrics = Metrics(self.sessions, host.load, recognition.load if recognition else None)
+        host.report_to(self.metrics)
+        self.context = Context(host, self.limits, self.metrics, self.sessions)
+        self.stopping = self.context.stopping  # set on SIGTERM (or SIGINT)
         self._ids = itertools.count(1)
         self.url = ""  # where it listens, once it does
-
-    async def whisper(self) -> Any:
-        async with self._whisper_lock:
-            if self._whisper is None:
-                from streampunct.speech import load_whisper
-
-                loop = asyncio.get_running_loop()
-                t0 = time.perf_counter()
-                self._whisper = await loop.run_in_executor(
-                    self.asr_executor, load_whisper, self.asr_model_name, self.asr_device
-                )
-                if self.recognizer_options.commit == "alignatt":  # its decoder now, not in a first pass
-                    from streampunct.speech.alignatt import alignatt_decoder
-
-                    await loop.run_in_executor(self.asr_executor, alignatt_decoder, self._whisper)
-                log_event(
-                    logging.INFO,
-                    "asr_model_loaded",
-                    model=self.asr_model_name or "tiny.en",
-                    seconds=round(time.perf_counter() - t0, 2),
-                )
-        return self._whisper
-
-    async def open_stream(
-        self, lookahead: int, max_delay_ms: float | None, engine: str, sentences: bool
-    ) -> Any:
-        """A new punctuation stream (on Ray Serve, the sessions' streams live in the encoder
-        replica: :class:`streampunct.server.cluster.ClusterApp`)."""
-        assert self.punctuator is not None, "an App without a punctuator opens its streams elsewhere"
-        return self.punctuator.stream(lookahead, max_delay_ms, engine, sentences=sentences)
 
     # --- HTTP ------------------------------------------------------------------------------
 
     async def health(self) -> Response:
-        """``ok``, ``stopping``, or ``failing`` (HTTP 503): after a batch of streams failed as a
-        whole (e.g. out of memory), a probe stream must get through the batcher again."""
-        body: dict[str, Any] = {"status": "ok", "streams": self.active, "protocol": P.VERSION}
-        body["lanes"] = len(self.batcher.lanes)  # punctuation workers, each computing its streams
+        """``ok``, ``stopping``, or ``failing`` (HTTP 503) while the host cannot compute streams
+        (:meth:`~.host.Host.check`: on ``serve``, after a batch of streams failed as a whole; on
+        serve-ray, while no encoder replica answers)."""
+        fault = await self.host.check()
+        body: dict[str, Any] = {"status": "ok", "streams": len(self.sessions), "protocol": P.VERSION}
+        body["lanes"] = self.host.lanes  # punctuation workers, each computing its streams
         # how busy each worker is and what it gets done (what a load balancer weighs; new streams
         # are refused past --max-load): the share of the last 5 s it computed, and units a second
         # of computing (None until it has computed)
-        for name, load in (("punctuation", self.batcher.load), ("recognition", self.asr_load)):
+        workers = [("punctuation", self.host.load)]
+        if self.recognition is not None:
+            workers.append(("recognition", self.recognition.load))
+        for name, load in workers:
             capacity = load.capacity()
             body[name] = {"load": round(load.busy(), 3), "capacity": capacity and round(capacity, 1)}
-        # recognition seconds per audio second, and the passes its guards cut since the server started
-        ratio = self.asr_load.seconds_per_unit()
-        body["recognition"].update(
-            compute_ratio=ratio and round(ratio, 3), guarded=self.metrics.guarded_passes()
-        )
+        if self.recognition is not None:  # seconds per audio second, and the passes its guards cut
+            ratio = self.recognition.load.seconds_per_unit()
+            body["recognition"].update(
+                compute_ratio=ratio and round(ratio, 3), guarded=self.metrics.guarded_passes()
+            )
         if self.stopping.is_set():  # a load balancer sends new streams elsewhere while it drains
             body["status"] = "stopping"
             return json_response(HTTPStatus.SERVICE_UNAVAILABLE, body)
-        if self.batcher.faults:
-            try:
-                probe = await self.open_stream(1, None, "auto", False)
-                await asyncio.wait_for(self.batcher.push(probe, ["is", "it", "working"]), 10)
-                await asyncio.wait_for(self.batcher.finish(probe), 10)
-            except Exception as e:
-                body.update(status="failing", error=self.batcher.last_fault or f"{type(e).__name__}: {e}")
-                return json_response(HTTPStatus.SERVICE_UNAVAILABLE, body)
+        if fault is not None:
+            body.update(status="failing", error=fault)
+            return json_response(HTTPStatus.SERVICE_UNAVAILABLE, body)
         return json_response(HTTPStatus.OK, body)
 
     async def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
@@ -190,7 +132,7 @@ class App:
         server's guard: ``serve``'s handshakes and serve-ray's session replicas
         (:mod:`.cluster`) ask it. ``port``: where the request came in; ``peer``: the client's address."""
         path = urlparse(request.path).path
-        stream = path in ("/v1/punct", "/v1/asr")
+        stream = path in self.streams
         refusal = self.access.refuse(request, self.secure, port, stream)
         if refusal is not None:
             log_event(
@@ -210,18 +152,18 @@ class App:
             return Response(200, "OK", Headers({"Content-Type": CONTENT_TYPE_LATEST}), self.metrics.render())
         if path == "/debug/census" and census.ENABLED:  # the soak's (benchmarks/soak_events.py)
             return json_response(HTTPStatus.OK, census.census())
-        if path in ("/", "/index.html"):
+        if path in ("/", "/index.html") and self.recognition is not None:  # the page needs /v1/asr
             return page_response()
         if not stream:
+            paths = ", ".join((*self.streams, "/health"))
             return json_response(
-                HTTPStatus.NOT_FOUND,
-                P.Error("not_found", f"no endpoint {path}; try /v1/punct, /v1/asr, /health or /metrics"),
+                HTTPStatus.NOT_FOUND, P.Error("not_found", f"no endpoint {path}; try {paths} or /metrics")
             )
         if self.stopping.is_set():
             return json_response(
                 HTTPStatus.SERVICE_UNAVAILABLE, P.Error("shutting_down", "the server is shutting down")
             )
-        if self.active >= self.limits.max_streams:
+        if len(self.sessions) >= self.limits.max_streams:
             return json_response(
                 HTTPStatus.SERVICE_UNAVAILABLE,
                 P.Error(
@@ -230,19 +172,19 @@ class App:
             )
         if (full := self.client_full(peer)) is not None:
             return json_response(HTTPStatus.TOO_MANY_REQUESTS, full)
+        if (fault := await self.host.check()) is not None:
+            return _try_later(P.Error("unavailable", f"the server cannot compute streams now: {fault}"))
         if (busy := self.busy(path)) is not None:
-            response = json_response(HTTPStatus.SERVICE_UNAVAILABLE, busy)
-            response.headers["Retry-After"] = str(math.ceil(LOAD_WINDOW_S))
-            return response
+            return _try_later(busy)
         return None
 
     def busy(self, path: str) -> P.Error | None:
         """Why the server takes no new stream on ``path`` now (its worker is past ``max_load``), or
         None: a new stream would slow every open one past its bounds."""
         most = self.limits.max_load
-        loads = [("punctuation", self.batcher.load, "words")]
-        if path == "/v1/asr":
-            loads.append(("speech recognition", self.asr_load, "audio seconds"))
+        loads = [("punctuation", self.host.load, "words")]
+        if path == "/v1/asr" and self.recognition is not None:
+            loads.append(("speech recognition", self.recognition.load, "audio seconds"))
         for what, load, unit in loads:
             if most is not None and (busy := load.busy()) >= most:
                 capacity = load.capacity()
@@ -263,6 +205,7 @@ class App:
     # --- websockets ------------------------------------------------------------------------
 
     async def handler(self, connection: ServerConnection) -> None:
+        """A session, until its stream ends; its stream is forgotten in the host however it ended."""
         path = urlparse(connection.request.path).path if connection.request else ""
         session_id = f"{next(self._ids):06d}"
         peer = _peer(connection)
@@ -270,9 +213,7 @@ class App:
             await connection.send(full.to_json())
             await connection.close(1013, "too many streams")
             return
-        self.active += 1
-        if self.active > self.limits.max_streams:  # handshakes that passed process_request together
-            self.active -= 1
+        if len(self.sessions) >= self.limits.max_streams:  # handshakes that passed process_request together
             message = f"the server is at its limit of {self.limits.max_streams} streams"
             await connection.send(P.Error("too_many_streams", message).to_json())
             await connection.close(1013, "too many streams")
@@ -280,9 +221,9 @@ class App:
         self.streams_of[peer] += 1
         log_event(logging.INFO, "connect", session=session_id, path=path, peer=peer)
         session: Session = (
-            PunctSession(self, connection, session_id)
-            if path == "/v1/punct"
-            else AsrSession(self, connection, session_id)
+            AsrSession(self.context, self.recognition, connection, session_id)
+            if path == "/v1/asr" and self.recognition is not None
+            else PunctSession(self.context, connection, session_id)
         )
         self.sessions[session_id] = session
         self.metrics.sessions.labels(session.endpoint).inc()
@@ -307,11 +248,20 @@ class App:
         finally:
             census.keep(session)  # the soak's control, else nothing
             del self.sessions[session_id]
-            self.active -= 1
             self.streams_of[peer] -= 1
             if not self.streams_of[peer]:
                 del self.streams_of[peer]
             log_event(logging.INFO, "disconnect", session=session_id, words=session.words_in)
+            if session.stream is not None:
+                await self.host.close(session.stream)
+
+
+def _try_later(error: P.Error) -> Response:
+    """HTTP 503 to a handshake, with the seconds after which a new one may be taken (a worker's
+    load reads the last LOAD_WINDOW_S)."""
+    response = json_response(HTTPStatus.SERVICE_UNAVAILABLE, error)
+    response.headers["Retry-After"] = str(math.ceil(LOAD_WINDOW_S))
+    return response
 
 
 def _peer(connection: ServerConnection) -> str | None:
@@ -362,18 +312,19 @@ async def run_server(
         await app.stopping.wait()
         if trimming is not None:
             trimming.cancel()
-        app.stopped_at = time.monotonic()
-        log_event(logging.INFO, "shutting_down", streams=app.active)
+        stopped_at = app.context.stopped_at = time.monotonic()
+        log_event(logging.INFO, "shutting_down", streams=len(app.sessions))
         # Sessions take what their clients sent (a grace period at most), finish their streams
         # and close themselves (another at most: recognising the audio that waits, say).
-        while app.active and time.monotonic() < app.stopped_at + 2 * app.limits.shutdown_grace_s:
+        while app.sessions and time.monotonic() < stopped_at + 2 * app.limits.shutdown_grace_s:
             await asyncio.sleep(0.1)
-        if app.active:
-            log_event(logging.WARNING, "grace_period_over", streams=app.active)
+        if app.sessions:
+            log_event(logging.WARNING, "grace_period_over", streams=len(app.sessions))
         server.close()
         await server.wait_closed()
-    await app.batcher.close()
-    app.asr_executor.shutdown(wait=True)
+    await app.host.stop()
+    if app.recognition is not None:
+        app.recognition.stop()
     log_event(logging.INFO, "stopped")
 
 
@@ -386,12 +337,7 @@ async def embedded(
     its URL and token; stops it (every stream finished) on leaving."""
     punctuator = await asyncio.to_thread(lambda: Punctuator.load(model, device=device, int8=int8).prepare())
     token = secrets.token_urlsafe(16)
-    app = App(
-        punctuator,
-        access=Access(token),
-        asr_model=asr_model,
-        asr_device=device,
-    )
+    app = App(LocalHost(punctuator), recognition=Recognition(asr_model, device), access=Access(token))
     ready = asyncio.Event()
     server = asyncio.create_task(run_server(app, "127.0.0.1", 0, ready, standalone=False))
     waiting = asyncio.create_task(ready.wait())
@@ -532,23 +478,22 @@ def main(argv: list[str] | None = None) -> int:
         if args.certfile:
             tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             tls.load_cert_chain(args.certfile, args.keyfile)
+        recognition = Recognition(
+            args.asr_model, args.device, options["recognizer"], options["front_end"], args.record
+        )
         app = App(
-            punctuator,
+            LocalHost(punctuator),
+            recognition=recognition,
             access=access_from_flags(args),
             limits=options["limits"],
             secure=tls is not None,
-            asr_model=args.asr_model,
-            asr_device=args.device,
-            recognizer_options=options["recognizer"],
-            front_end=options["front_end"],
-            record=args.record,
         )
         if args.record:
             args.record.mkdir(parents=True, exist_ok=True)
 
         async def start() -> None:
             if args.preload_asr:
-                await app.whisper()
+                await recognition.model()
             await run_server(app, args.host, args.port, tls=tls)
 
         asyncio.run(start())

@@ -16,8 +16,10 @@ Two Ray Serve applications:
   least busy, and its calls to that one to its end;
 - ``sessions`` (:class:`Sessions`, ``--session-replicas`` of them): streampunct's own sessions
   (:class:`~streampunct.server.app.App`: the protocol, its limits, pacing, ``busy``, the order of the
-  replies) at ``/v1/punct`` behind Ray's HTTP proxy, each reading its websocket through
-  :class:`StarletteConnection`; their streams live in the encoder (:class:`ClusterApp`).
+  replies, ``/health``, ``/metrics``) at ``/v1/punct`` behind Ray's HTTP proxy, each reading its
+  websocket through :class:`StarletteConnection`; their streams live in the encoders
+  (:class:`ClusterHost`). A stream whose encoder replica stops ends with ``unavailable`` and its
+  ``end``; while no encoder answers (starting, restarting), a new stream gets HTTP 503.
 
 A websocket is one ongoing request for its whole life: the proxy sends a new stream to a session
 replica with few open ones, and Ray Serve's autoscaling on ``target_ongoing_requests`` (not set
@@ -39,11 +41,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import contextvars
+import math
 import signal
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from types import SimpleNamespace
 from typing import Any
 
@@ -52,19 +55,25 @@ from websockets.exceptions import ConnectionClosed
 from websockets.frames import Close
 from websockets.http11 import Request, Response
 
+from .. import protocol as P
 from ..errors import InputError, StreamPunctError
 from ..flags import Parser, add_int8_flag, port
 from ..options import Limits
 from ..punctuator import Punctuator
 from ..scheduler import Batcher, Load
-from ..stream import Call, Finish, Push, Revise, Tick
-from ..types import PunctEvent, Sentence, Word
+from ..stream import Call, Finish
+from ..types import PunctEvent, Sentence
 from .allocator import ARENA_ENV, keep_trimmed
 from .app import App, access_from_flags, add_config_flag, add_guard_flags, options_from_args
 from .guard import Access
+from .host import StreamLost
+from .metrics import Metrics
+from .web import json_response
 
 try:
     from fastapi import FastAPI, WebSocket
+    from fastapi.requests import HTTPConnection
+    from fastapi.requests import Request as HttpRequest
     from fastapi.responses import Response as HttpResponse
     from ray import serve
 except ImportError as e:  # pragma: no cover - the [cluster] extra
@@ -77,8 +86,7 @@ __all__ = [
     "Sessions",
     "EncoderReplica",
     "SessionReplica",
-    "ClusterApp",
-    "RemoteBatcher",
+    "ClusterHost",
     "StarletteConnection",
     "deploy",
     "main",
@@ -86,6 +94,7 @@ __all__ = [
 
 ENCODER_APP, SESSIONS_APP = "encoder", "sessions"
 DRAIN_S = 600.0  # a stopping session replica serves its open streams this long at most
+CHECK_S = 2.0  # an encoder that does not answer a load reading this long takes no new stream
 
 
 @dataclass(frozen=True)
@@ -161,7 +170,7 @@ class RemoteStream:
 
 class RemoteLoad(Load):
     """The load of the encoder a new stream would go to (the least busy), as a session replica last
-    read the encoders' (:meth:`RemoteBatcher.refresh`)."""
+    read the encoders' (:meth:`ClusterHost.check`)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -174,23 +183,31 @@ class RemoteLoad(Load):
         return self.last[1]
 
 
-class RemoteBatcher(Batcher):
-    """A session replica's batcher: it computes nothing; each call goes to its stream's encoder
-    replica, whose batcher runs it with the calls of every session replica's streams there. A new
-    stream goes to the encoder least busy when it opens, and stays there."""
+class ClusterHost:
+    """A session replica's :class:`~streampunct.server.host.Host`: it computes nothing; each call
+    goes to its stream's encoder replica, whose batcher runs it with the calls of every session
+    replica's streams there. A new stream goes to the encoder least busy of those that answer
+    when it opens, and stays there. A call that fails there (the replica stopped; the one Ray starts
+    instead holds none of its streams) loses the stream: :class:`~streampunct.server.host.StreamLost`,
+    Ray's error kept for the log."""
 
     def __init__(self, encoders: Sequence[Any]):
-        super().__init__()
         self.encoders = list(encoders)
+        self.lanes = len(self.encoders)
         self.loads: list[tuple[float, float | None, int]] = [(0.0, None, 0)] * len(self.encoders)
         self.opening = [0] * len(self.encoders)  # streams this replica is opening there now
-        self.load = self.encoder_load = RemoteLoad()
+        self.load = RemoteLoad()
 
-    async def refresh(self) -> None:
-        """Read the encoders' loads (before admitting a stream)."""
-        self.loads = list(await asyncio.gather(*(e.load.remote() for e in self.encoders)))
+    async def check(self) -> str | None:
+        """Read the encoders' loads (before admitting a stream, and for ``/health``); one that does
+        not answer within CHECK_S takes no new stream."""
+        loads = await asyncio.gather(*(_reading(e) for e in self.encoders))
+        if all(load is None for load in loads):
+            return "its encoder is not answering (starting, or restarting after a fault)"
+        self.loads = [load or (math.inf, None, 0) for load in loads]
         busy, capacity, _ = self.loads[self.least_busy()]
-        self.encoder_load.last = (busy, capacity)
+        self.load.last = (busy, capacity)
+        return None
 
     def least_busy(self) -> int:
         """The encoder a new stream goes to: the least busy (to a tenth), then the fewest streams."""
@@ -205,7 +222,7 @@ class RemoteBatcher(Batcher):
         i = self.least_busy()
         self.opening[i] += 1
         try:
-            opened = await self.encoders[i].open.remote(lookahead, max_delay_ms, engine, sentences)
+            opened = await _answer(self.encoders[i].open.remote(lookahead, max_delay_ms, engine, sentences))
         finally:
             self.opening[i] -= 1
         busy, capacity, streams = self.loads[i]
@@ -213,69 +230,43 @@ class RemoteBatcher(Batcher):
         return RemoteStream(self.encoders[i], *opened)
 
     async def run(self, stream: Any, call: Call) -> list[PunctEvent]:
-        reply: Reply = await stream.encoder.run.remote(stream.id, call)
+        try:
+            reply: Reply = await _answer(stream.encoder.run.remote(stream.id, call))
+        except Exception as e:  # Ray's, with its traceback, ids and addresses: for the log alone
+            raise StreamLost("the encoder that held this stream stopped") from e
         stream.n_words, stream.n_final = reply.n_words, reply.n_final
         stream.sentences += reply.sentences
         if reply.error is not None:
             raise reply.error
         return reply.events
 
-    async def push(
-        self,
-        stream: Any,
-        words: Iterable[str | Word],
-        now: float | None = None,
-        tentative: Iterable[str | Word] = (),
-    ) -> list[PunctEvent]:
-        return await self.run(stream, Push(tuple(words), now, tuple(tentative)))
+    async def close(self, stream: Any) -> None:
+        with contextlib.suppress(Exception):  # an encoder that stopped holds it no more
+            await asyncio.wait_for(_answer(stream.encoder.close.remote(stream.id)), CHECK_S)
 
-    async def revise(
-        self, stream: Any, index: int, words: Iterable[str | Word], now: float | None = None
-    ) -> list[PunctEvent]:
-        return await self.run(stream, Revise(index, tuple(words), now))
+    def report_to(self, metrics: Metrics) -> None:
+        """Nothing: the batches run in the encoders."""
 
-    async def tick(self, stream: Any, now: float) -> list[PunctEvent]:
-        return await self.run(stream, Tick(now))
-
-    async def finish(self, stream: Any) -> list[PunctEvent]:
-        return await self.run(stream, Finish())
+    async def stop(self) -> None:
+        """Nothing: the encoders are applications of their own."""
 
 
-class ClusterApp(App):
-    """The server's sessions, with their streams in the encoder replicas."""
-
-    def __init__(self, encoders: Sequence[Any], access: Access | None = None, limits: Limits | None = None):
-        self.remote = RemoteBatcher(encoders)
-        super().__init__(None, batcher=self.remote, access=access, limits=limits)
-
-    async def admit(self, request: Request, port: int, peer: str | None) -> Response | None:
-        """``serve``'s guard, on the encoder's load as it is now."""
-        await self.remote.refresh()
-        return await super().admit(request, port, peer)
-
-    async def handler(self, connection: Any) -> None:
-        """A session; its stream is forgotten in the encoder however the session ended (a
-        connection lost before the end message leaves it unfinished)."""
-        opened = _opened.set([])
-        try:
-            await super().handler(connection)
-        finally:
-            for stream in _opened.get():
-                await stream.encoder.close.remote(stream.id)
-            _opened.reset(opened)
-
-    async def open_stream(
-        self, lookahead: int, max_delay_ms: float | None, engine: str, sentences: bool
-    ) -> RemoteStream:
-        stream = await self.remote.open(lookahead, max_delay_ms, engine, sentences)
-        opened = _opened.get(None)  # None: not a session's (the health probe, which finishes it)
-        if opened is not None:
-            opened.append(stream)
-        return stream
+async def _answer(response: Any) -> Any:
+    """A Ray Serve call's result; cancelled in the replica too if its caller is (a session whose
+    client has gone drops its work at once, as on ``serve``)."""
+    try:
+        return await response
+    except asyncio.CancelledError:
+        response.cancel()
+        raise
 
 
-# The streams the session in this context opened (ClusterApp.handler).
-_opened: contextvars.ContextVar[list[RemoteStream]] = contextvars.ContextVar("opened")
+async def _reading(encoder: Any) -> tuple[float, float | None, int] | None:
+    """An encoder's load (EncoderReplica.load), or None if it does not answer within CHECK_S."""
+    try:
+        return await asyncio.wait_for(_answer(encoder.load.remote()), CHECK_S)
+    except Exception:
+        return None
 
 
 class StarletteConnection:
@@ -345,47 +336,59 @@ api = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)  # only the route
 
 
 class SessionReplica:
-    """streampunct's sessions at ``/v1/punct``, their streams in the encoder application."""
+    """streampunct's sessions at ``/v1/punct``, their streams in the encoder applications; every
+    request, stream or not, answered first by ``serve``'s guard (:meth:`App.admit`)."""
 
     def __init__(self, access: Access | None = None, limits: Limits | None = None, encoders: int = 1):
         self.access, self.limits, self.encoders = access, limits, encoders
-        self._server: ClusterApp | None = None  # (``app`` is Ray's: the FastAPI ingress)
+        self._server: App | None = None  # (``app`` is Ray's: the FastAPI ingress)
 
-    def server(self) -> ClusterApp:
+    def server(self) -> App:
         if self._server is None:  # made in the event loop that serves the requests
-            handles = [
-                serve.get_deployment_handle(Encoder.name, app_name=encoder_app(i))
+            handles = [  # (an encoder still starting answers no load: CHECK_S)
+                serve.get_deployment_handle(Encoder.name, app_name=encoder_app(i), _check_exists=False)
                 for i in range(self.encoders)
             ]
-            self._server = ClusterApp(handles, self.access, self.limits)
+            self._server = App(ClusterHost(handles), access=self.access, limits=self.limits)
         return self._server
 
-    @api.websocket("/v1/punct")
-    async def punct(self, websocket: WebSocket) -> None:
-        refusal = await self.server().admit(*handshake(websocket))
+    @api.websocket("/{path:path}")
+    async def stream(self, websocket: WebSocket) -> None:
+        request, port, peer = handshake(websocket)
+        refusal = await self.server().admit(request, port, peer)
         if refusal is not None:  # an HTTP answer to the handshake, as serve gives it
-            body, headers = refusal.body, dict(refusal.headers.raw_items())
-            await websocket.send_denial_response(HttpResponse(body, refusal.status_code, headers))
+            await websocket.send_denial_response(starlette_response(refusal))
             return
         await websocket.accept()
-        connection = StarletteConnection(websocket, "/v1/punct")
+        connection: Any = StarletteConnection(websocket, request.path)  # read as websockets' own
         try:
             await self.server().handler(connection)
         finally:
             await connection.close()
 
-    @api.get("/health")
-    async def health(self) -> dict[str, Any]:
-        return {"status": "ok", "streams": self.server().active}
+    @api.get("/{path:path}")
+    async def http(self, request: HttpRequest) -> HttpResponse:
+        """``/health``, ``/metrics``, or 404, as ``serve`` answers them."""
+        answer = await self.server().admit(*handshake(request))
+        if answer is None:  # a stream's path, without a websocket handshake
+            error = P.Error("bad_request", "a stream opens with a websocket handshake")
+            answer = json_response(HTTPStatus.UPGRADE_REQUIRED, error)
+        return starlette_response(answer)
 
 
-def handshake(websocket: WebSocket) -> tuple[Request, int, str | None]:
-    """The handshake as :meth:`App.admit` reads it: the request, the port it came in on, the client."""
-    query = websocket.scope.get("query_string", b"").decode("latin-1")
-    path = websocket.scope.get("path", "/v1/punct") + (f"?{query}" if query else "")
-    headers = Headers([(k.decode("latin-1"), v.decode("latin-1")) for k, v in websocket.scope["headers"]])
-    server = websocket.scope.get("server") or ("", 0)
-    return Request(path, headers), int(server[1] or 0), websocket.client.host if websocket.client else None
+def handshake(connection: HTTPConnection) -> tuple[Request, int, str | None]:
+    """A request as :meth:`App.admit` reads it: the request, the port it came in on, the client."""
+    scope = connection.scope
+    query = scope.get("query_string", b"").decode("latin-1")
+    path = scope.get("path", "/") + (f"?{query}" if query else "")
+    headers = Headers([(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]])
+    server = scope.get("server") or ("", 0)
+    return Request(path, headers), int(server[1] or 0), connection.client.host if connection.client else None
+
+
+def starlette_response(response: Response) -> HttpResponse:
+    """``serve``'s answer (websockets') as Starlette sends it."""
+    return HttpResponse(response.body, response.status_code, dict(response.headers.raw_items()))
 
 
 Encoder = serve.deployment(name="Encoder", max_ongoing_requests=100_000)(EncoderReplica)
@@ -413,18 +416,19 @@ def deploy(
     access: Access | None = None,
     encoder: bool = True,
 ) -> None:
-    """The applications on the running Ray Serve: ``encoder_replicas`` encoders, each an application
-    of its own (a stream's state is in one of them, and its calls must reach that one), and the
-    sessions (``encoder=False``: the sessions alone, a new version of them beside the encoders
+    """The applications on the running Ray Serve: the sessions, then ``encoder_replicas``
+    encoders, each an application of its own (a stream's state is in one of them, and its calls
+    must reach that one); the sessions first, so that while the model loads a client is told 503
+    by the guard (``encoder=False``: the sessions alone, a new version of them beside the encoders
     already there)."""
+    sessions = Sessions.options(num_replicas=session_replicas, graceful_shutdown_timeout_s=drain_s)
+    serve.run(sessions.bind(access, limits, encoder_replicas), name=SESSIONS_APP, route_prefix="/")
     if encoder:  # a GPU of its own on --device cuda (Ray hides the GPUs an actor did not ask for)
         gpus = 1 if device.startswith("cuda") else 0
         started = {"num_cpus": 1, "num_gpus": gpus, "runtime_env": {"env_vars": ARENA_ENV}}  # see allocator
         encoder_deployment = Encoder.options(ray_actor_options=started)
         for i in range(encoder_replicas):
             serve.run(encoder_deployment.bind(model, device, int8), name=encoder_app(i), route_prefix=None)
-    sessions = Sessions.options(num_replicas=session_replicas, graceful_shutdown_timeout_s=drain_s)
-    serve.run(sessions.bind(access, limits, encoder_replicas), name=SESSIONS_APP, route_prefix="/")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -21,11 +20,9 @@ from prometheus_client import (
     generate_latest,
 )
 
+from ..scheduler import Load
 from ..types import SAMPLE_RATE
 from .allocator import heap
-
-if TYPE_CHECKING:
-    from .app import App
 
 __all__ = ["Metrics", "CONTENT_TYPE_LATEST"]
 
@@ -38,15 +35,16 @@ LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0)
 
 class Metrics:
     """Every metric of one server; the server and its sessions call the ``observe``/``count``
-    methods as things happen."""
+    methods as things happen. ``sessions``: the open ones (the server's, read when scraped);
+    ``punctuation``, ``recognition``: the workers' loads (a server without speech recognition: None)."""
 
-    def __init__(self, app: App):
+    def __init__(self, sessions: Mapping[str, object], punctuation: Load, recognition: Load | None):
         r = self.registry = CollectorRegistry(auto_describe=True)
         streams = Gauge("streampunct_open_streams", "Streams open now, on both endpoints", registry=r)
-        streams.set_function(lambda: app.active)
+        streams.set_function(lambda: len(sessions))
         self.sessions = Counter("streampunct_sessions", "Sessions opened", ["endpoint"], registry=r)
         self.failed = Counter(
-            "streampunct_failed_sessions", "Sessions the server failed on (closed with internal)", ["endpoint"],
+            "streampunct_failed_sessions", "Sessions the server failed on (closed with internal or unavailable)", ["endpoint"],
             registry=r,
         )  # fmt: skip
         self.words = Counter("streampunct_final_words", "Words whose punctuation became final", registry=r)
@@ -60,10 +58,10 @@ class Metrics:
             buckets=LAG_BUCKETS,
             registry=r,
         )
-        for name, load, unit in (
-            ("punctuation", app.batcher.load, "words"),
-            ("recognition", app.asr_load, "audio seconds"),
-        ):
+        workers = [("punctuation", punctuation, "words"), ("recognition", recognition, "audio seconds")]
+        for name, load, unit in workers:
+            if load is None:
+                continue
             busy = Gauge(
                 f"streampunct_{name}_load", f"Share of the last 5 s the {name} worker computed", registry=r
             )
@@ -73,16 +71,17 @@ class Metrics:
                 registry=r,
             )  # fmt: skip
             done.set_function(_or_nan(load.capacity))
-        ratio = Gauge(
-            "streampunct_recognition_compute_ratio", "Recognition seconds per second of audio, lately (all streams)",
-            registry=r,
-        )  # fmt: skip
-        ratio.set_function(_or_nan(app.asr_load.seconds_per_unit))
-        buffer = Gauge(
-            "streampunct_recognition_buffer_seconds", "The longest audio buffer a /v1/asr stream re-transcribes",
-            registry=r,
-        )  # fmt: skip
-        buffer.set_function(lambda: max(map(_buffer_s, list(app.sessions.values())), default=0.0))
+        if recognition is not None:
+            ratio = Gauge(
+                "streampunct_recognition_compute_ratio", "Recognition seconds per second of audio, lately (all streams)",
+                registry=r,
+            )  # fmt: skip
+            ratio.set_function(_or_nan(recognition.seconds_per_unit))
+            buffer = Gauge(
+                "streampunct_recognition_buffer_seconds", "The longest audio buffer a /v1/asr stream re-transcribes",
+                registry=r,
+            )  # fmt: skip
+            buffer.set_function(lambda: max(map(_buffer_s, list(sessions.values())), default=0.0))
         memory = Gauge(
             "streampunct_malloc_bytes", "The C heap: bytes in use, free inside it, mmapped apart (glibc)", ["kind"],
             registry=r,

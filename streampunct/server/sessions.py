@@ -1,7 +1,8 @@
 """One session object per connection: it reads the client's messages, drives the sans-I/O cores
-(a punctuation stream through the server's batcher; on ``/v1/asr``, a caption pipeline too) and
-sends what they make. A bad message gets an ``error`` message and changes nothing; an unexpected
-fault closes that connection alone (1011)."""
+(a punctuation stream on the server's :class:`~.host.Host`; on ``/v1/asr``, a caption pipeline too)
+and sends what they make. What a session needs of its server is a :class:`Context`. A bad message
+gets an ``error`` message and changes nothing; an unexpected fault closes that connection alone
+(1011), a stream the host lost ends with ``unavailable`` and ``end``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import logging
 import math
 import time
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import numpy as np
 from websockets.asyncio.server import ServerConnection
@@ -20,21 +22,17 @@ from websockets.exceptions import ConnectionClosed
 
 from streampunct import StreamPunctError
 from streampunct import protocol as P
+from streampunct.options import Limits
 from streampunct.pipeline import CaptionPipeline, Heard, Recorder
 from streampunct.server.guard import Pace
+from streampunct.server.host import Host, Recognition, StreamLost
+from streampunct.server.logs import log, log_event
+from streampunct.server.metrics import Metrics
 from streampunct.speech import Hypothesis, StreamingRecognizer
-from streampunct.stream import Call, Push, Tick
+from streampunct.stream import Call, Finish, Push, Revise, Tick
 from streampunct.types import SAMPLE_RATE, PunctEvent, Word
 
-if TYPE_CHECKING:
-    from streampunct.server.app import App
-
-log = logging.getLogger("streampunct.server")
 T = TypeVar("T")
-
-
-def log_event(level: int, event: str, **fields: Any) -> None:
-    log.log(level, event, extra={"fields": fields})
 
 
 def _after(start: float, seconds: float | None) -> float:
@@ -45,6 +43,19 @@ class RateLimited(StreamPunctError):
     """A client too far ahead of its rate limit to be slowed."""
 
 
+@dataclass
+class Context:
+    """What a server's sessions share: the host of their streams, the limits, the metrics, the open
+    sessions (by id), and the server's stop (set on SIGTERM, at ``stopped_at``)."""
+
+    host: Host
+    limits: Limits
+    metrics: Metrics
+    sessions: dict[str, Session]
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    stopped_at: float = math.inf
+
+
 class Session:
     """The state of one connection: its configuration and its stream."""
 
@@ -53,12 +64,12 @@ class Session:
     INPUT = "words"  # what keeps a stream alive: ticks, and messages refused, do not
     DRAIN_QUIET_S = 1.0  # on shutdown: no message for this long, and the client has sent all it had
 
-    def __init__(self, app: App, connection: ServerConnection, session_id: str):
-        self.app = app
+    def __init__(self, ctx: Context, connection: ServerConnection, session_id: str):
+        self.ctx = ctx
         self.connection = connection
         self.id = session_id
         self.cfg: P.Config | None = None
-        self.stream: Any = None
+        self.stream: Any = None  # a Stream, once configured
         self.words_in = 0
         self.started = math.inf  # when the config was taken
         self.last_input: float | None = None  # when words (audio) were last taken
@@ -77,8 +88,8 @@ class Session:
     async def run(self) -> None:
         """Read and answer messages until the stream ends, a limit ends it, the server stops, or
         the client goes."""
-        limits = self.app.limits
-        stop = asyncio.ensure_future(self.app.stopping.wait())
+        limits = self.ctx.limits
+        stop = asyncio.ensure_future(self.ctx.stopping.wait())
         opened = time.monotonic()
         try:
             while True:
@@ -138,7 +149,7 @@ class Session:
         """The server stops: take what the client had sent (the messages waiting, until none
         arrives for a moment, for the grace period at most: a live client never pauses), finish
         the stream, close with 1001."""
-        cut_off = self.app.stopped_at + self.app.limits.shutdown_grace_s
+        cut_off = self.ctx.stopped_at + self.ctx.limits.shutdown_grace_s
         while (left := cut_off - time.monotonic()) > 0:
             try:
                 message = await asyncio.wait_for(
@@ -159,14 +170,14 @@ class Session:
     def idle_deadline(self) -> float:
         """When a configured stream is finished for want of input: ``words_timeout_s`` after the
         config while it has taken none, ``idle_timeout_s`` after the last it took."""
-        limits = self.app.limits
+        limits = self.ctx.limits
         if self.last_input is None:
             return _after(self.started, limits.words_timeout_s)
         return _after(self.last_input, limits.idle_timeout_s)
 
     async def time_out(self) -> None:
         """A limit of time ran out: no config yet, no input yet or for too long, or the stream is too long."""
-        limits = self.app.limits
+        limits = self.ctx.limits
         if self.cfg is None:
             message = f"no config message within {limits.config_timeout_s:g} s of connecting"
             await self.send(P.Error("config_timeout", message))
@@ -185,7 +196,7 @@ class Session:
     async def pace(self, amount: float, rate: Pace, unit: str) -> None:
         """Slow a client that sends faster than its limit; refuse one too far ahead (RateLimited)."""
         wait = rate.wait(amount)
-        if wait > self.app.limits.max_wait_s:
+        if wait > self.ctx.limits.max_wait_s:
             rate.give_back(amount)
             raise RateLimited(
                 f"more than {rate.rate:g} {unit} a second (bursts of {rate.burst:g}): this message "
@@ -213,11 +224,25 @@ class Session:
         stream stopped, the connection closed (1011); other sessions go on."""
         final = self.stream.n_final
         log.exception(f"{what}_failed", extra={"fields": {"session": self.id, "word": final}})
-        self.app.metrics.failed.labels(self.endpoint).inc()
+        self.ctx.metrics.failed.labels(self.endpoint).inc()
         with contextlib.suppress(ConnectionClosed):
             message = f"{who} failed on this stream; it is closed (words before {final} are final)"
             await self.send(P.Error("internal", message, final))
             await self.connection.close(1011, "internal error")
+
+    async def lost(self, error: StreamLost) -> None:
+        """The host lost the stream's state (serve-ray: its encoder replica stopped): logged and
+        counted, the client told where the stream stopped (``unavailable``), the stream ended there
+        (``end``), the connection closed (1013: a new stream may be served)."""
+        final = self.stream.n_final
+        cause = type(error.__cause__).__name__
+        log_event(logging.WARNING, "stream_lost", session=self.id, word=final, cause=cause)
+        self.ctx.metrics.failed.labels(self.endpoint).inc()
+        with contextlib.suppress(ConnectionClosed):
+            message = f"{error}; words before {final} are final, the others are lost: open a new stream"
+            await self.send(P.Error("unavailable", message, final))
+            await self.send(P.Finished(final, reason="stream lost"))
+            await self.connection.close(1013, "stream lost")
 
     async def configure(self, cfg: P.Config) -> None:
         raise NotImplementedError
@@ -236,8 +261,8 @@ class PunctSession(Session):
     the session's own runs them in order, and answers a ``sync`` in its turn. A message that would
     take the words waiting past ``max_waiting_words`` is not taken: ``busy``, and the stream goes on."""
 
-    def __init__(self, app: App, connection: ServerConnection, session_id: str):
-        super().__init__(app, connection, session_id)
+    def __init__(self, ctx: Context, connection: ServerConnection, session_id: str):
+        super().__init__(ctx, connection, session_id)
         self.work: collections.deque[tuple[P.Message, int]] = collections.deque()  # taken; replies
         self.wake = asyncio.Event()  # work was queued
         self.done = asyncio.Event()  # no work waits
@@ -247,8 +272,8 @@ class PunctSession(Session):
         self.worker: asyncio.Task[None] | None = None
 
     async def configure(self, cfg: P.Config) -> None:
-        self.stream = await self.app.open_stream(cfg.lookahead, cfg.max_delay_ms, cfg.engine, cfg.sentences)
-        limits = self.app.limits
+        self.stream = await self.ctx.host.open(cfg.lookahead, cfg.max_delay_ms, cfg.engine, cfg.sentences)
+        limits = self.ctx.limits
         self.rate = Pace(limits.words_per_s, limits.words_burst)
         self.clock = -math.inf  # the recogniser's: the latest now or word time taken
         self.cfg = cfg
@@ -273,7 +298,7 @@ class PunctSession(Session):
             case P.Words(words) | P.Revise(_, words):
                 size = max(1, len(words))  # an empty message costs as a word does
                 resent = isinstance(msg, P.Revise) and msg.index == self.refused
-                full = self.waiting and self.waiting + size > self.app.limits.max_waiting_words
+                full = self.waiting and self.waiting + size > self.ctx.limits.max_waiting_words
                 if full or (self.refused is not None and not resent):
                     self.refused = self.taken
                     await super().send(P.Error("busy", self.busy_message(), self.taken))  # at once
@@ -326,7 +351,7 @@ class PunctSession(Session):
     def busy_message(self) -> str:
         return (
             f"the server is behind: {self.waiting} words of this stream wait to be computed (at most "
-            f"{self.app.limits.max_waiting_words}); this message was not taken: resend from word "
+            f"{self.ctx.limits.max_waiting_words}); this message was not taken: resend from word "
             f"{self.taken} as a revise at that index once more words are final"
         )
 
@@ -335,8 +360,8 @@ class PunctSession(Session):
         are pushed together, as one message would be (its ``now`` the latest): a stream's final
         labels do not depend on when the clock was told (``Lookahead.ahead``), and a stream that
         sends many small messages gets one job a batch, not one a message. A fault closes this
-        connection alone."""
-        batcher = self.app.batcher
+        connection alone; a lost stream ends the session (:meth:`lost`)."""
+        host = self.ctx.host
         try:
             while True:
                 while not self.work:
@@ -351,17 +376,18 @@ class PunctSession(Session):
                 try:
                     match msg:
                         case P.Words(words, now):
-                            await self.send_events(await batcher.push(self.stream, list(words), now=now))
+                            await self.send_events(await host.run(self.stream, Push(words, now)))
                         case P.Revise(index, words, now):
-                            await self.send_events(
-                                await batcher.revise(self.stream, index, list(words), now=now)
-                            )
+                            await self.send_events(await host.run(self.stream, Revise(index, words, now)))
                         case P.Tick(now):
-                            await self.send_events(await batcher.tick(self.stream, now))
+                            await self.send_events(await host.run(self.stream, Tick(now)))
                         case P.Sync(ident):
                             await self.send(P.Synced(ident, self.stream.n_words, self.stream.n_final))
                         case _:  # a reply, queued behind the work before it
                             await self.send(msg)
+                except StreamLost as e:
+                    await self.lost(e)
+                    return
                 except StreamPunctError as e:  # e.g. revising final words: the stream is unchanged
                     self.taken = self.stream.n_words + self.waiting - size  # what the queue adds
                     await self.send(P.Error("bad_input", str(e)))
@@ -400,7 +426,12 @@ class PunctSession(Session):
         if self.worker is not None and self.worker.done():  # it failed, and closed the connection
             await self.connection.wait_closed()
             return
-        await self.send_events(await self.app.batcher.finish(self.stream))
+        try:
+            events = await self.ctx.host.run(self.stream, Finish())
+        except StreamLost as e:
+            await self.lost(e)
+            return
+        await self.send_events(events)
         await self.send(P.Finished(self.stream.n_words, reason=reason))
 
 
@@ -427,8 +458,9 @@ class AsrSession(Session):
     SERVER_WAITING_S = 1800.0
     FAIR_S = 30.0
 
-    def __init__(self, app: App, connection: ServerConnection, session_id: str):
-        super().__init__(app, connection, session_id)
+    def __init__(self, ctx: Context, recognition: Recognition, connection: ServerConnection, session_id: str):
+        super().__init__(ctx, connection, session_id)
+        self.speech = recognition  # the server's speech recognition worker
         self.wake = asyncio.Event()  # audio arrived, or the stream ends
         self.progress = asyncio.Event()  # a pass ended, or the recognition task did
         self.ending = False  # no more audio: recognise what waits, then stop
@@ -442,13 +474,14 @@ class AsrSession(Session):
         self.recorder: Recorder | None = None
 
     async def configure(self, cfg: P.Config) -> None:
-        recognizer = StreamingRecognizer(await self.app.whisper(), self.app.recognizer_options)
-        self.pipeline = CaptionPipeline(recognizer, self.app.front_end)
-        self.stream = await self.app.open_stream(cfg.lookahead, cfg.max_delay_ms, cfg.engine, cfg.sentences)
-        if self.app.record is not None:
-            path = self.app.record / f"{self.id}.jsonl"
+        speech = self.speech
+        recognizer = StreamingRecognizer(await speech.model(), speech.options)
+        self.pipeline = CaptionPipeline(recognizer, speech.front_end)
+        self.stream = await self.ctx.host.open(cfg.lookahead, cfg.max_delay_ms, cfg.engine, cfg.sentences)
+        if speech.record is not None:
+            path = speech.record / f"{self.id}.jsonl"
             self.recorder = Recorder(path, cfg.lookahead, cfg.max_delay_ms, self.stream.engine)
-        limits = self.app.limits
+        limits = self.ctx.limits
         self.rate = Pace(limits.audio_speed, limits.audio_burst_s)
         self.cfg = cfg
         await self.send(P.Ready.of(self.id, cfg, self.stream.engine))
@@ -471,7 +504,7 @@ class AsrSession(Session):
             await self.pace(len(audio) / SAMPLE_RATE, self.rate, "audio seconds")
             if len(audio):
                 self.last_input = time.monotonic()
-            calls = self.pipeline.feed(audio, self.app.clock())
+            calls = self.pipeline.feed(audio, self.speech.clock())
             self.listening = False
             self.wake.set()
             self.post(calls)
@@ -505,19 +538,19 @@ class AsrSession(Session):
         if mine <= self.FAIR_S:
             return False
         everyone = sum(
-            s.pipeline.waiting for s in self.app.sessions.values() if isinstance(s, AsrSession) and s.cfg
+            s.pipeline.waiting for s in self.ctx.sessions.values() if isinstance(s, AsrSession) and s.cfg
         )
         return everyone / SAMPLE_RATE > self.SERVER_WAITING_S
 
     def process(self) -> Hypothesis:
         """One pass, in the ASR worker: the clock is read when the pass starts, not when queued."""
-        self.app.asr_load.start()
+        self.speech.load.start()
         hyp = None
         try:
-            hyp = self.pipeline.recognise(now=self.app.clock())
+            hyp = self.pipeline.recognise(now=self.speech.clock())
             return hyp
         finally:
-            self.app.asr_load.stop(hyp.pass_.new_s if hyp is not None and hyp.pass_ is not None else 0.0)
+            self.speech.load.stop(hyp.pass_.new_s if hyp is not None and hyp.pass_ is not None else 0.0)
 
     async def recognise(self) -> None:
         """The recognition task: a pass whenever enough audio waits; after ``end``, until less than
@@ -534,10 +567,10 @@ class AsrSession(Session):
                     self.wake.clear()
                     await self.wake.wait()
                     continue
-                caught_up = self.pipeline.catch_up(now=self.app.clock())  # told at once, not after a pass
+                caught_up = self.pipeline.catch_up(now=self.speech.clock())  # told at once, not after a pass
                 if caught_up is not None:
                     self.post(caught_up)
-                hyp = await loop.run_in_executor(self.app.asr_executor, self.process)
+                hyp = await loop.run_in_executor(self.speech.executor, self.process)
                 self.progress.set()
                 self.post(self.pipeline.heard(hyp))
         except Exception:
@@ -574,6 +607,8 @@ class AsrSession(Session):
                     await self.run_calls(item)
         except ConnectionClosed:
             pass  # the receive loop sees it too
+        except StreamLost as e:
+            await self.lost(e)
         except Exception:
             await self.failed("punctuation", "punctuation")
         finally:
@@ -604,11 +639,11 @@ class AsrSession(Session):
                 start=round(skip.start, 3),
                 end=round(skip.end, 3),
             )
-            self.app.metrics.skipped.inc(skip.seconds)
+            self.ctx.metrics.skipped.inc(skip.seconds)
             await self.send(P.Lag.over(skip.start, skip.end, self.compute_ratio()))
         p = heard.hypothesis.pass_
         if p is not None and p.guard is not None:
-            self.app.metrics.guarded.labels(p.guard).inc()
+            self.ctx.metrics.guarded.labels(p.guard).inc()
             log_event(
                 logging.WARNING, "asr_guard", session=self.id, guard=p.guard, buffer_s=round(p.buffer_s, 3)
             )
@@ -640,7 +675,7 @@ class AsrSession(Session):
         for call in calls:
             if self.recorder is not None:
                 self.recorder.add(call, self.pipeline.received / SAMPLE_RATE)
-            events = await self.app.batcher.run(self.stream, call)
+            events = await self.ctx.host.run(self.stream, call)
             if isinstance(call, Push) and heard is not None and (heard.committed or heard.provisional):
                 ratio = self.compute_ratio()
                 await self.send(P.Recognised(heard.first, heard.committed, heard.provisional, ratio))
@@ -659,7 +694,7 @@ class AsrSession(Session):
         self.wake.set()
         if self.recognition is not None:
             await self.recognition
-        self.post(await loop.run_in_executor(self.app.asr_executor, self.pipeline.finish))
+        self.post(await loop.run_in_executor(self.speech.executor, self.pipeline.finish))
         await self.settled.wait()
         if self.punctuation is not None and self.punctuation.done():  # it failed, and closed the connection
             return
