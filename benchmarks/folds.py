@@ -26,12 +26,12 @@ Speed on 2 AMD EPYC cores, one thread a fold: the default 4 s a step, base 27 s.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from benchmarks.lib.e2e_audio import SPEECH_SPLIT
+from streampunct.cli import _data_flag
 from streampunct.punctuator import checkpoint_dir
 from streampunct.training.asr_corpus import from_recordings
 
@@ -106,9 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--cache", required=True, help="benchmarks.e2e record's cache (speech dev)")
     ap.add_argument("--conv", required=True, help="streampunct prepare-conversation's folder")
-    ap.add_argument(
-        "--ted", default=str(Path(os.environ.get("STREAMPUNCT_DATA", "../shared/data")) / "ted/ted_train.tsv")
-    )
+    ap.add_argument("--ted", **_data_flag("ted", "ted_train.tsv"))
     ap.add_argument("--out", required=True, help="FOLDS: the runs go to FOLDS/MODEL/")
     ap.add_argument("--model", default="default", help="the shipped model that starts and teaches")
     ap.add_argument("--folds", nargs="+", default=[*SPEECH_SPLIT["speech_dev"], ALL])
@@ -120,6 +118,8 @@ def main(argv: list[str] | None = None) -> None:
     unknown = set(args.folds) - {*SPEECH_SPLIT["speech_dev"], ALL}
     if unknown:
         ap.error(f"not a speech dev recording: {', '.join(sorted(unknown))}")
+    if args.ted is None:
+        ap.error("--ted is required (or set $STREAMPUNCT_DATA)")
     out = Path(args.out) / args.model
     out.mkdir(parents=True, exist_ok=True)
     taught = taught_text(Path(args.conv), Path(args.ted), out)
