@@ -4,7 +4,8 @@ Two engines bound the lookahead, from the same checkpoint:
 
 - :class:`MaskedEngine`: one pass over a block's window under the lookahead mask (CT-Transformer's
   delay split over the layers, see :mod:`streampunct.model`). A stream computes only each new
-  token's rows (:mod:`streampunct.incremental`): the cheapest per word. It alone fuses POS tags.
+  token's rows (:mod:`streampunct.incremental`): the cheapest per word. It alone fuses POS tags
+  (a fused model's stream: :mod:`streampunct.fused`).
 - :class:`WindowEngine`: each token decided by the offline model over its own window, the
   ``context`` tokens before it and the ``k`` after it; every layer sees the whole window, so the
   tokens ahead are fully read. A stream runs one such window per token: more work per word, and
@@ -25,7 +26,7 @@ first property (``tests/test_stream.py``, ``tests/test_stream_states.py``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -135,7 +136,7 @@ class Engine(Protocol):
 
 
 class Tokens:
-    """A stream's tokens (word pieces, and final POS tag ids for a fused model) from ``base`` on.
+    """A stream's tokens (their word pieces) from ``base`` on.
 
     Reading a token that was forgotten, or one not there yet, raises: a window is never cut from
     the wrong place. Forgetting happens in steps of at least ``slack`` tokens.
@@ -143,7 +144,6 @@ class Tokens:
 
     def __init__(self, slack: int):
         self.pieces: list[Pieces] = []
-        self.tags: list[int] = []  # final tags, a prefix of the tokens
         self.base = 0
         self.slack = slack
 
@@ -151,35 +151,39 @@ class Tokens:
     def end(self) -> int:
         return self.base + len(self.pieces)
 
-    def _check(self, start: int, end: int) -> None:
+    def check(self, start: int, end: int) -> None:
+        """Raise unless tokens ``start`` to ``end`` (excluded) are held."""
         if not self.base <= start <= end <= self.end:
             raise IndexError(f"tokens {start}..{end} asked for; this stream holds {self.base}..{self.end}")
 
     def span(self, start: int, end: int) -> list[Pieces]:
-        self._check(start, end)
+        self.check(start, end)
         return self.pieces[start - self.base : end - self.base]
 
-    def tag_span(self, start: int, end: int) -> list[int]:
-        self._check(start, min(end, self.base + len(self.tags)))
-        return self.tags[start - self.base : end - self.base]
-
     def truncate(self, n: int) -> None:
-        self._check(n, self.end)
-        del self.pieces[n - self.base :], self.tags[n - self.base :]
+        self.check(n, self.end)
+        del self.pieces[n - self.base :]
 
     def forget(self, before: int) -> None:
         if before - self.base >= self.slack:
             drop = min(before, self.end) - self.base
-            del self.pieces[:drop], self.tags[:drop]
+            del self.pieces[:drop]
             self.base += drop
 
 
-def _check_tags(model: PunctModel, tags: Sequence[int] | None, n: int) -> None:
-    if model.cfg.n_tags and (tags is None or len(tags) != n):
+def _tag_rows(
+    model: PunctModel, tags: Sequence[int] | None, n: int, spans: Sequence[tuple[int, int]]
+) -> list[Sequence[int]] | None:
+    """The tag ids of each span (start, end) of a text of ``n`` tokens for a model that fuses POS
+    tags, which needs one per token (``tags``); None for a model that does not."""
+    if not model.cfg.n_tags:
+        return None
+    if tags is None or len(tags) != n:
         got = "none" if tags is None else len(tags)
         raise InputError(
             f"this checkpoint fuses POS tags: give one tag id per token ({n} tokens, {got} tags)"
         )
+    return [tags[start:end] for start, end in spans]
 
 
 @torch.no_grad()
@@ -221,10 +225,7 @@ class _Engine:
         start, end = self.window_start(t), t + ahead + 1
         if not (base <= start and end <= base + len(ids)):
             raise IndexError(f"tokens {start}..{end} asked for; given {base}..{base + len(ids)}")
-        tag_rows = None
-        if self.model.cfg.n_tags:
-            _check_tags(self.model, tags, len(ids))
-            tag_rows = [tags[start - base : end - base]]  # type: ignore[index]
+        tag_rows = _tag_rows(self.model, tags, len(ids), [(start - base, end - base)])
         logits = _forward(self.model, [ids[start - base : end - base]], self.mask(ahead), tag_rows)[
             0, t - start
         ]
@@ -263,12 +264,11 @@ class MaskedEngine(_Engine):
         cfg, n = self.model.cfg, len(ids)
         if not n:
             return torch.zeros(0, cfg.n_labels)
-        _check_tags(self.model, tags, n)
         windows = plan_windows(n, cfg, lookahead)
         out: list[torch.Tensor] = []
         for i in range(0, len(windows), batch_size):
             chunk = windows[i : i + batch_size]
-            tag_rows = [tags[w.start : w.end] for w in chunk] if cfg.n_tags else None  # type: ignore[index]
+            tag_rows = _tag_rows(self.model, tags, n, [(w.start, w.end) for w in chunk])
             logits = self.offsets(
                 _forward(self.model, [ids[w.start : w.end] for w in chunk], lookahead, tag_rows), lookahead
             )
@@ -278,39 +278,36 @@ class MaskedEngine(_Engine):
             result[t] = self.window_logits(ids, t, n - 1 - t, tags=tags)
         return result
 
-    def stream(self, lookahead: int, tagger: Tagger | None = None) -> MaskedStream:
-        return MaskedStream(self, lookahead, tagger)
-
-
-class MaskedStream:
-    """The masked engine's state for one stream: an incremental window per block
-    (:class:`~streampunct.incremental.WindowState`), and for a fused model its tag stream."""
-
-    def __init__(self, engine: MaskedEngine, lookahead: int, tagger: Tagger | None):
-        model = engine.model
-        if model.cfg.n_tags and tagger is None:
+    def stream(self, lookahead: int, tagger: Tagger | None = None) -> EngineStream:
+        if not self.model.cfg.n_tags:
+            return MaskedStream(self, lookahead, WindowState)
+        if tagger is None:
             raise InputError("this checkpoint fuses POS tags: stream it with a tagger (Punctuator.stream())")
-        self.engine, self.model, self.k = engine, model, lookahead
-        self.tokens = Tokens(slack=4 * model.cfg.block)
-        self.blocks: dict[int, WindowState] = {}
-        # A POS-fused model: tags made as tokens arrive, under the same lookahead
-        self.tag_stream = tagger.stream(lookahead) if model.cfg.n_tags and tagger else None
+        from .fused import FusedStream  # it builds on MaskedStream
+
+        return FusedStream(self, lookahead, tagger)
+
+
+W = TypeVar("W", bound=WindowState)
+
+
+class MaskedStream(Generic[W]):
+    """The masked engine's state for one stream: an incremental window per block, each a ``window``
+    (:class:`~streampunct.incremental.WindowState`; a POS-fused model's stream,
+    :class:`~streampunct.fused.FusedStream`, makes its own kind)."""
+
+    def __init__(self, engine: MaskedEngine, lookahead: int, window: type[W]):
+        self.engine, self.model, self.k, self.window = engine, engine.model, lookahead, window
+        self.tokens = Tokens(slack=4 * self.model.cfg.block)
+        self.blocks: dict[int, W] = {}
 
     @property
     def held(self) -> int:
         return len(self.tokens.pieces)
 
-    def _add_tags(self, tags: Sequence[str]) -> None:
-        self.tokens.tags += self._tag_ids(tags)
-
-    def _tag_ids(self, tags: Sequence[str]) -> list[int]:
-        return [self.tag_stream.tagger.index[tag] for tag in tags]  # type: ignore[union-attr]
-
     def append(self, token: str, pieces: Pieces) -> None:
         t = self.tokens.end
         self.tokens.pieces.append(pieces)
-        if self.tag_stream is not None:
-            self._add_tags([tag for _, tag in self.tag_stream.push(token)])
         cfg = self.model.cfg
         # The block windows the token belongs to: blocks b with start(b) <= t <= b's last + k
         first = max(0, -((t - cfg.block - self.k + 1) // -cfg.block))  # ceil
@@ -318,13 +315,11 @@ class MaskedStream:
             if b not in self.blocks:
                 if self.engine.window_start(b * cfg.block) != t:
                     continue  # that window was closed, or opens with a later token
-                self.blocks[b] = WindowState(self.model, self.k, self.engine.offsets)
+                self.blocks[b] = self.window(self.model, self.k, self.engine.offsets)
             self.blocks[b].append(pieces)
 
     def truncate(self, n: int) -> None:
         self.tokens.truncate(n)
-        if self.tag_stream is not None:
-            self.tag_stream.truncate(n)
         for b in list(self.blocks):
             start = self.engine.window_start(b * self.model.cfg.block)
             if start >= n:
@@ -333,34 +328,21 @@ class MaskedStream:
                 self.blocks[b].truncate(n - start)
 
     def close(self) -> None:
-        if self.tag_stream is not None:
-            self._add_tags([tag for _, tag in self.tag_stream.finish()])
+        pass
 
-    def work(self, first_open: int) -> list[WindowState]:
+    def work(self, first_open: int) -> list[W]:
         return list(self.blocks.values())
 
     def decide(self, t: int, ahead: int) -> torch.Tensor:
         start = self.engine.window_start(t)
         if ahead == self.k:  # the full lookahead: the block's incremental window has it
-            tags = self.tokens.tag_span(start, t + 1) if self.tag_stream else None
-            return self.blocks[t // self.model.cfg.block].logits(t - start, tags, final=True)
-        tags = None
-        if self.tag_stream is not None:  # tags not final yet: as if the text ended at t + ahead
-            tags = self.tokens.tags + self._tag_ids(self.tag_stream.peek(t + ahead + 1))
-            tags = tags[start - self.tokens.base : t + ahead + 1 - self.tokens.base]
+            return self.blocks[t // self.model.cfg.block].logits(t - start)
         ids = self.tokens.span(start, t + ahead + 1)
-        return self.engine.window_logits(ids, t, ahead, base=start, tags=tags)
+        return self.engine.window_logits(ids, t, ahead, base=start)
 
     def provisional(self, tokens: Sequence[int], first_open: int) -> list[torch.Tensor]:
-        tags = None
-        if self.tag_stream is not None:  # final tags, then the tagger's current view of the rest
-            tags = self.tokens.tags + self._tag_ids(self.tag_stream.provisional())
-        labels = []
-        for t in tokens:
-            start = self.engine.window_start(t)
-            window_tags = tags[start - self.tokens.base : t + 1 - self.tokens.base] if tags else None
-            labels.append(self.blocks[t // self.model.cfg.block].logits(t - start, window_tags))
-        return labels
+        block = self.model.cfg.block
+        return [self.blocks[t // block].logits(t - self.engine.window_start(t)) for t in tokens]
 
     def settle(self, keep_from: int) -> None:
         block = keep_from // self.model.cfg.block

@@ -7,7 +7,8 @@ layer ``l`` must recompute only the rows of words ``>= w0 - reach_l``; every oth
 and values made from it, is kept. A new word therefore costs ``O(k + 1)`` rows per layer and one
 attention of those rows over the window, instead of a forward pass over the whole window. (The
 window engine's passes, where every word sees every word, are computed whole:
-:class:`~streampunct.engines.WindowPass`.)
+:class:`~streampunct.engines.WindowPass`; a POS-fused model's windows also fuse the words' tags:
+:class:`~streampunct.fused.FusedWindow`.)
 """
 
 from __future__ import annotations
@@ -54,10 +55,6 @@ class WindowState:
         self.buf = torch.zeros(3 * cfg.n_layer + 1, 0, cfg.n_embd, device=self.device)
         self.rows = [0] * (cfg.n_layer + 1)
         self.dirty = 0  # first word whose rows are out of date
-        if cfg.n_tags:  # POS fusion: keys and values of the fusion layer for the final words
-            heads = cfg.fusion_heads
-            shape = (1, heads, 0, (cfg.n_embd + cfg.pos_dim) // heads)
-            self.fusion_keys = self.fusion_values = torch.zeros(shape, device=self.device)
 
     @property
     def n_words(self) -> int:
@@ -94,9 +91,6 @@ class WindowState:
         del self.ids[cut:], self.word_pos[cut:], self.word_start[n_words:]
         self.rows = [min(r, cut) for r in self.rows]
         self.dirty = min(self.dirty, n_words)
-        if self.model.cfg.n_tags:
-            self.fusion_keys = self.fusion_keys[:, :, :n_words]
-            self.fusion_values = self.fusion_values[:, :, :n_words]
 
     def _first_piece(self, word: int) -> int:
         """First piece of ``word``; a word before the first is [CLS]."""
@@ -120,38 +114,16 @@ class WindowState:
         return (self.word_start[word + 1] if word + 1 < self.n_words else len(self.ids)) - 1
 
     @torch.no_grad()
-    def logits(self, word: int, tags: Sequence[int] | None = None, final: bool = False) -> torch.Tensor:
+    def logits(self, word: int) -> torch.Tensor:
         """(n_labels,) logits of a word of this window, as its words stand now (with the model's
-        decision offsets for the window's lookahead).
-
-        A POS-fused model also takes the tag ids of the window's words up to ``word``. Its fusion
-        layer looks back only, so once ``word`` and its tag are final (``final=True``) the fusion
-        keys and values of the words up to it are kept: a later word computes its own rows only.
-        """
+        decision offsets for the window's lookahead)."""
         self.compute()
-        m = self.model
-        top = self.h(m.cfg.n_layer)
-        if not m.cfg.n_tags:
-            logits = m.head(top[self._last_piece(word)]).float().cpu()
-            return self.offsets(logits, self.lookahead)
-        if tags is None or len(tags) < word + 1:
-            raise InputError("a POS-fused model needs the tags of the window's words up to this one")
-        kept = min(self.fusion_keys.shape[2], word)
-        rows = list(range(kept, word + 1))
-        h = top[[self._last_piece(w) for w in rows]][None]  # (1, n, C)
-        tag_ids = torch.tensor(list(tags[kept : word + 1]), dtype=torch.long, device=self.device)
-        z = torch.cat([h, m.tag_emb(tag_ids)[None]], dim=-1)  # (1, n, C + pos_dim)
-        fusion = cast(Layer, m.fusion)  # a POS-fused model has its fusion layer
-        q, k_new, v_new = fusion.attn.project(z)  # (1, heads, n, hs)
-        keys = torch.cat([self.fusion_keys[:, :, :kept], k_new], dim=2)
-        values = torch.cat([self.fusion_values[:, :, :kept], v_new], dim=2)
-        if final:
-            self.fusion_keys, self.fusion_values = keys, values
-        everything = torch.ones(1, 1, 1, word + 1, dtype=torch.bool, device=self.device)
-        attended = fusion.attn.attend(q[:, :, -1:], keys, values, everything)
-        return self.offsets(
-            m.head(fusion.after_attention(z[:, -1:], attended)[0, 0]).float().cpu(), self.lookahead
-        )
+        return self.decided(self.h(self.model.cfg.n_layer)[self._last_piece(word)])
+
+    def decided(self, h: torch.Tensor) -> torch.Tensor:
+        """(n_labels,) logits from a word's features ``h`` (the last layer's; a fused model's, its
+        fusion layer's): the model's head, and the decision offsets for the window's lookahead."""
+        return self.offsets(self.model.head(h).float().cpu(), self.lookahead)
 
 
 @torch.no_grad()

@@ -34,13 +34,12 @@ if sys.version_info >= (3, 11):
     import tomllib
 
 __all__ = [
-    "StreamOptions", "RecognizerOptions", "FrontEndOptions", "CueOptions", "Limits", "SentenceEnds", "Commit",
+    "StreamOptions", "RecognizerOptions", "FrontEndOptions", "CueOptions", "Limits", "SentenceEnds",
     "TABLES",
     "read_config", "options_from_config", "config_toml",
 ]  # fmt: skip
 
 SentenceEnds = Literal["whisper", "punctuator"]
-Commit = Literal["agreement", "alignatt"]
 
 
 @dataclass(frozen=True)
@@ -81,8 +80,6 @@ class RecognizerOptions:
     context_s: float | None = None
     agree_after_s: float | None = 0.3
     sentence_ends: SentenceEnds = "whisper"
-    commit: Commit = "agreement"
-    frame_threshold_s: float = 0.5
     cues: bool = True
 
     HELP: ClassVar[dict[str, str]] = {
@@ -103,8 +100,6 @@ class RecognizerOptions:
         "context_s": "commit an agreed word once a pass heard this much (s) after it, as that pass wrote it",
         "agree_after_s": "audio (s) the earlier of two agreeing passes heard after a word, for them to commit it",
         "sentence_ends": "whose sentence ends trim the buffer: Whisper's marks, or streampunct's final periods",
-        "commit": "agreement: two passes agree (LocalAgreement); alignatt: by decoder attention (AlignAtt)",
-        "frame_threshold_s": "alignatt: a token read within this much (s) of the audio's end waits a pass",
         "cues": "give each word Whisper's probabilities of the marks after it (the punctuator's evidence)",
     }
 
@@ -116,15 +111,6 @@ class RecognizerOptions:
             raise StreamPunctError(
                 f"resume_s must be from 0 to max_lag_s ({self.max_lag_s}), got {self.resume_s}"
             )
-        commits = typing.get_args(Commit)
-        if self.commit not in commits:
-            raise StreamPunctError(f"commit must be one of {commits}, got {self.commit!r}")
-        if self.commit == "alignatt" and self.language != "en":
-            raise StreamPunctError(
-                f"commit alignatt transcribes English (language en), not {self.language!r}"
-            )
-        if self.frame_threshold_s < 0:
-            raise StreamPunctError(f"frame_threshold_s must be 0 or more, not {self.frame_threshold_s}")
         if self.beam_size < 1:
             raise StreamPunctError(f"beam_size must be 1 or more, not {self.beam_size}")
         for name in ("min_chunk_s", "max_buffer_s"):

@@ -23,7 +23,7 @@ settings.load_profile("ci")
 # the shipped models. A test that loads a shipped model or the tagger is at least "model"; a
 # test marked by hand keeps its mark.
 E2E = {
-    "test_alignatt.py", "test_asr_lag.py", "test_client_failures.py", "test_cluster.py", "test_deploy.py",
+    "test_asr_lag.py", "test_client_failures.py", "test_cluster.py", "test_deploy.py",
     "test_e2e.py", "test_e2e_benchmark.py", "test_fuzz.py", "test_latency_benchmark.py", "test_overload.py",
     "test_pipeline.py", "test_security.py", "test_server.py", "test_server_load.py", "test_soak.py",
 }  # fmt: skip

@@ -83,6 +83,4 @@ FRONTENDS: dict[str, str] = {
     "settle-pauses": _config(**WHISPER_ENDS, end_of_speech_s=None),
     "live": _config(max_buffer_s=6.0, confident=0.7),
     "live-agree": _config(max_buffer_s=6.0),
-    # issue 51, 2026-11-28: the single-pass commit policy beside the shipped front end
-    "alignatt": _config(**WHISPER_ENDS, commit="alignatt"),
 }

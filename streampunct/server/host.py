@@ -156,10 +156,6 @@ class Recognition:
                 self._model = await loop.run_in_executor(
                     self.executor, load_whisper, self.model_name, self.device
                 )
-                if self.options.commit == "alignatt":  # its decoder now, not in a first pass
-                    from streampunct.speech.alignatt import alignatt_decoder
-
-                    await loop.run_in_executor(self.executor, alignatt_decoder, self._model)
                 log_event(
                     logging.INFO,
                     "asr_model_loaded",

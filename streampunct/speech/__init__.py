@@ -1,6 +1,5 @@
 """Speech in, words out: the streaming recogniser on faster-whisper (:mod:`.recognizer`), its commit
-policies (:mod:`.agreement`; :mod:`.alignatt`, with Whisper's decoder in PyTorch, :mod:`.decoder`)
-and loading Whisper (:mod:`.whisper`)."""
+policy (:mod:`.agreement`) and loading Whisper (:mod:`.whisper`)."""
 
 from ..types import SAMPLE_RATE
 from .agreement import LocalAgreement

@@ -15,11 +15,7 @@ misreads it alike). Sooner, as configured: on first sight for a word the recogni
 (``settle_unsure_after_s`` for a word with probability under ``UNSURE_BELOW``); and the whole
 hypothesis at the end of speech (the last word ended ``end_of_speech_s`` before the audio heard and
 faster-whisper's VAD, Silero, hears no speech since). ``context_s`` holds an agreed word until a pass
-has heard that much after it, and commits it as that pass wrote it (its mark included). With
-``commit="alignatt"`` (:mod:`.alignatt`) a pass decodes once after the buffer's committed words and
-commits every word before the first token the decoder's alignment heads read within
-``frame_threshold_s`` of the end of the audio heard; agreement and the settle rules are not used,
-the end of speech is.
+has heard that much after it, and commits it as that pass wrote it (its mark included).
 
 Cues. With ``cues`` (on), each decode of a pass also returns its decoder's distribution at every
 step, and each word carries the probabilities of a mark after it that the pass gave
@@ -80,7 +76,6 @@ from ..errors import StreamPunctError
 from ..options import RecognizerOptions
 from ..types import SAMPLE_RATE, Word
 from .agreement import LocalAgreement
-from .alignatt import AlignAtt
 from .guards import loop_cut, runaway_cut
 from .marks import heard_marks, listening
 from .whisper import encoder_window, is_silence
@@ -252,9 +247,7 @@ class StreamingRecognizer:
         cut = runaway_cut(len(words), len(self.audio) / SAMPLE_RATE)
         return ("runaway", cut) if cut is not None else (None, None)
 
-    def _policy(self, last_end: float) -> LocalAgreement | AlignAtt:
-        if self.options.commit == "alignatt":
-            return AlignAtt(last_end=last_end, frame_threshold_s=self.options.frame_threshold_s)
+    def _policy(self, last_end: float) -> LocalAgreement:
         return LocalAgreement(
             last_end=last_end,
             confident=self.options.confident,
@@ -335,10 +328,6 @@ class StreamingRecognizer:
             else max(seconds + self.options.encoder_pad_s, MIN_WINDOW_S)
         )
         max_tokens = math.ceil(MAX_TOKENS_PER_S * seconds) + 10
-        if isinstance(self.policy, AlignAtt):
-            return self.policy.transcribe(
-                self.model, self.audio, self.offset, window, max_tokens, prompt, self.options.beam_size
-            )
         words, probabilities = [], []
         with encoder_window(self.model, window), listening(self.model, self.options.cues) as decodes:
             segments, _ = self.model.transcribe(

@@ -131,6 +131,4 @@ def load_whisper(name: str | None = None, device: str = "auto") -> Any:
         import ctranslate2
 
         device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
-    model = WhisperModel(path, device=device, compute_type="float16" if device == "cuda" else "int8")
-    model.streampunct_path = path  # the weights AlignAtt's decoder reads (streampunct.speech.alignatt)
-    return model
+    return WhisperModel(path, device=device, compute_type="float16" if device == "cuda" else "int8")
