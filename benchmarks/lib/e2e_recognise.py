@@ -188,6 +188,12 @@ def _save_made(cache: Path, name: str, set_name: str, text: str, audio: np.ndarr
     print(f"{name}: {rec['seconds']:.0f} s, {len(text.split())} words -> {wav}", flush=True)
 
 
+def _recorded(front_end: dict | None, settings: dict) -> dict | None:
+    """A recording's front-end settings without the options the front end no longer has (a
+    removed option changed nothing that is still run, e.g. AlignAtt's ``commit``)."""
+    return None if front_end is None else {k: v for k, v in front_end.items() if k in settings}
+
+
 def recognise(
     cache: Path,
     force: bool,
@@ -214,7 +220,10 @@ def recognise(
             stale = (
                 kind == "streaming"
                 and done is not None
-                and (done.get("front_end") != settings or done.get("version", 1) != STREAM_VERSION)
+                and (
+                    _recorded(done.get("front_end"), settings) != settings
+                    or done.get("version", 1) != STREAM_VERSION
+                )
             )
             if force or done is None or stale:
                 model = model or whisper(asr)
