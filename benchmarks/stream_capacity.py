@@ -33,7 +33,6 @@ from websockets.asyncio.client import connect
 from benchmarks.common import RESULTS, device_suffix, machine, start_server, update_readme, write_json
 from benchmarks.lib.doc_text import short_name, wrap
 from streampunct import Punctuator, read_iwslt
-from streampunct.engines import resolve_engine
 from streampunct.punctuator import DEFAULT_CHECKPOINT, checkpoint_dir
 from streampunct.scheduler import Batcher
 from streampunct.text import normalize
@@ -242,7 +241,7 @@ def main() -> None:
         "device": str(p.device),
         "torch_threads": 1,
         "model": args.model or "default",
-        "engine_used": resolve_engine(p.model, args.engine, 2),
+        "engine_used": p.engine_name(args.engine, 2),
         "engine": args.engine,
         "int8": args.int8,
         "max_wait_ms": args.max_wait_ms,

@@ -106,7 +106,6 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .engines import resolve_engine
     from .metrics import score
     from .punctuator import Punctuator
     from .text import read_iwslt
@@ -122,7 +121,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_dict()))
     else:
-        engine = resolve_engine(p.model, args.engine, args.lookahead)
+        engine = p.engine_name(args.engine, args.lookahead)
         mode = "offline" if args.lookahead is None else f"lookahead {args.lookahead}, {engine} engine"
         print(f"{args.data} ({mode}, {seconds:.1f}s on {p.device})")
         print(report.table())
@@ -313,6 +312,16 @@ def cmd_train_pauses(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train_first_stage(args: argparse.Namespace) -> int:
+    from .training.first_stage import FirstStageTraining, train_first_stage
+
+    for name in ("train", "dev"):
+        if getattr(args, name) is None or not Path(getattr(args, name)).exists():
+            raise DataFormatError(f"give --{name} FILE (or set {DATA_ENV})")
+    print(f"first stage written to {train_first_stage(config_from_flags(args, FirstStageTraining))}")
+    return 0
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; a training subcommand's flags (made from its config, which imports torch) are
     there only when ``command`` is that subcommand or None."""
@@ -491,6 +500,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         # model: None is the shipped default; lookaheads (ints and None) has no flag
         add_config_flags(p, PauseTrainConfig, model=dict(required=False, default=None), lookaheads=None)
     p.set_defaults(run=cmd_train_pauses)
+
+    p = tool("train-first-stage", "train the cascade's first stage for a checkpoint (engine cascade)")
+    if command in (None, "train-first-stage"):
+        from .training.first_stage import FirstStageTraining
+
+        add_config_flags(
+            p,
+            FirstStageTraining,
+            train=_data_flag("ted", "ted_train.tsv"),
+            dev=_data_flag("iwslt", "dev2012"),
+        )
+    p.set_defaults(run=cmd_train_first_stage)
 
     width = max(map(len, training)) + 4
     lines = [

@@ -1,6 +1,8 @@
 """How a token's label is computed from the tokens before it and at most ``k`` after it.
 
-Two engines bound the lookahead, from the same checkpoint:
+Two engines bound the lookahead, from the same checkpoint, and a third puts a light first stage in
+front of the window engine (:class:`~streampunct.cascade.CascadeEngine`, where the checkpoint has
+one):
 
 - :class:`MaskedEngine`: one pass over a block's window under the lookahead mask (CT-Transformer's
   delay split over the layers, see :mod:`streampunct.model`). A stream computes only each new
@@ -38,6 +40,7 @@ from .pieces import WordPieces, collate, collate_tags, plan_windows
 from .types import ENGINES
 
 if TYPE_CHECKING:
+    from .cascade import FirstStage
     from .pos import Tagger
 
 __all__ = [
@@ -373,9 +376,7 @@ class WindowEngine(_Engine):
         return max(0, t - self.model.cfg.context)
 
     def offsets(self, logits: torch.Tensor, ahead: int | None) -> torch.Tensor:
-        if ahead is None:
-            raise InputError("the window engine bounds a lookahead; offline is the masked engine's")
-        return self.model.window_offsets(logits, ahead)
+        return self.model.window_offsets(logits, self.bounded(ahead))
 
     def mask(self, ahead: int) -> int | None:
         return None
@@ -387,16 +388,27 @@ class WindowEngine(_Engine):
         tags: Sequence[int] | None = None,
         batch_size: int = 64,
     ) -> torch.Tensor:
+        return self.rows(ids, range(len(ids)), self.bounded(lookahead), batch_size)
+
+    @staticmethod
+    def bounded(lookahead: int | None) -> int:
         if lookahead is None:
             raise InputError("the window engine bounds a lookahead; offline is the masked engine's")
+        return lookahead
+
+    def rows(
+        self, ids: Sequence[Pieces], ts: Sequence[int], lookahead: int, batch_size: int = 64
+    ) -> torch.Tensor:
+        """(len(ts), n_labels) logits of tokens ``ts`` of a text, each from its own window (the
+        last ``lookahead`` tokens with the lookahead they have)."""
         n = len(ids)
         out = []
-        for first in range(0, n, batch_size):
-            ts = range(first, min(n, first + batch_size))
-            spans = [(self.window_start(t), min(n, t + lookahead + 1)) for t in ts]
+        for i in range(0, len(ts), batch_size):
+            chunk = ts[i : i + batch_size]
+            spans = [(self.window_start(t), min(n, t + lookahead + 1)) for t in chunk]
             logits = _forward(self.model, [ids[s:e] for s, e in spans], None)
-            rows = logits[torch.arange(len(spans)), torch.tensor([t - s for t, (s, _) in zip(ts, spans)])]
-            ahead = torch.tensor([e - 1 - t for t, (_, e) in zip(ts, spans)])  # fewer at the end
+            rows = logits[torch.arange(len(spans)), torch.tensor([t - s for t, (s, _) in zip(chunk, spans)])]
+            ahead = torch.tensor([e - 1 - t for t, (_, e) in zip(chunk, spans)])  # fewer at the end
             for j in ahead.unique().tolist():
                 rows[ahead == j] = self.offsets(rows[ahead == j], j)
             out.append(rows)
@@ -485,7 +497,7 @@ class WindowStream:
         last = min(self.tokens.end - self.k, first + MAX_PASSES)
         return [self._pass(t, t + self.k + 1)[0] for t in range(first, last)]
 
-    def work(self, first_open: int) -> list[WindowPass]:
+    def work(self, first_open: int) -> Sequence[Work]:
         self._full(first_open)
         if self.tokens.end:
             self._pass(self._tail(first_open), self.tokens.end)
@@ -523,24 +535,38 @@ _ENGINES: dict[str, type[MaskedEngine] | type[WindowEngine]] = {
 }
 
 
-def resolve_engine(model: PunctModel, engine: str, lookahead: int | None) -> str:
-    """``"masked"`` or ``"window"``: the engine that decides at ``lookahead`` (offline: masked,
-    whose offline mode is the same whole-context model; ``"auto"``: the window engine from the
-    checkpoint's ``window_from`` on, except for a POS-fused checkpoint)."""
+def resolve_engine(model: PunctModel, engine: str, lookahead: int | None, cascade: bool = False) -> str:
+    """``"masked"``, ``"window"`` or ``"cascade"``: the engine that decides at ``lookahead``
+    (offline: masked, whose offline mode is the same whole-context model; ``"auto"``: from the
+    checkpoint's ``window_from`` on the cascade where the checkpoint has a first stage
+    (``cascade``), else the window engine, except for a POS-fused checkpoint)."""
     if engine not in ENGINES:
         raise InputError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    if engine == "window" and model.cfg.n_tags:
-        raise InputError("the window engine does not fuse POS tags: use engine='masked' with this checkpoint")
+    if engine in ("window", "cascade") and model.cfg.n_tags:
+        raise InputError(
+            f"the {engine} engine does not fuse POS tags: use engine='masked' with this checkpoint"
+        )
+    if engine == "cascade" and not cascade:
+        raise InputError("this checkpoint has no first stage for the cascade (streampunct train-first-stage)")
     if lookahead is None or engine == "masked":
         return "masked"
     if engine == "auto" and (lookahead < model.cfg.window_from or model.cfg.n_tags):
         return "masked"
-    return "window"
+    return "cascade" if cascade and engine != "window" else "window"
 
 
-def make_engine(model: PunctModel, engine: str = "auto", lookahead: int | None = None) -> Engine:
-    """The engine named (``"auto"``, ``"masked"`` or ``"window"``) for decisions at ``lookahead``."""
-    return _ENGINES[resolve_engine(model, engine, lookahead)](model)
+def make_engine(
+    model: PunctModel, engine: str = "auto", lookahead: int | None = None, first: FirstStage | None = None
+) -> Engine:
+    """The engine named (``"auto"``, ``"masked"``, ``"window"`` or ``"cascade"``, which needs the
+    checkpoint's ``first`` stage) for decisions at ``lookahead``."""
+    name = resolve_engine(model, engine, lookahead, first is not None)
+    if name == "cascade":
+        from .cascade import CascadeEngine
+
+        assert first is not None
+        return CascadeEngine(model, first)
+    return _ENGINES[name](model)
 
 
 def token_logits(

@@ -1,11 +1,13 @@
 """The public entry point: load a checkpoint, label words, punctuate text, open streams.
 
-``lookahead=k`` bounds what a decision reads to ``k`` words ahead, under one of two engines from
+``lookahead=k`` bounds what a decision reads to ``k`` words ahead, under one of three engines from
 the same checkpoint (``engine=``, see :mod:`streampunct.engines`): ``"window"`` (each word read by
 the offline model over its own window; the more accurate), ``"masked"`` (one pass per block
-under the lookahead mask; the cheapest per word), or ``"auto"`` (the default: the window engine
-from the checkpoint's ``window_from`` on, which calibration sets; the masked one below it and for
-a POS-fused checkpoint). ``lookahead=None`` reads the whole context (offline).
+under the lookahead mask; the cheapest per word), ``"cascade"`` (the window engine for the words a
+first stage saved beside the checkpoint is not sure of, :mod:`streampunct.cascade`), or ``"auto"``
+(the default: the window engine, or the cascade where the checkpoint has a first stage, from the
+checkpoint's ``window_from`` on, which calibration sets; the masked one below it and for a
+POS-fused checkpoint). ``lookahead=None`` reads the whole context (offline).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .cascade import FirstStage
 from .decision import Decider, Decision, OnDecision, Place, places
-from .engines import make_engine
+from .engines import make_engine, resolve_engine
 from .errors import CheckpointError, InputError
 from .model import PunctModel
 from .pieces import WordPieces
@@ -74,12 +77,14 @@ class Punctuator:
         pieces: WordPieces,
         tagger: str | Path | None = None,
         decider: Decider | None = None,
+        first_stage: FirstStage | None = None,
     ):
         self.model = model.eval()
         self.decider = Decider.of(model.cfg) if decider is None else decider
         self.pieces = pieces
         self.tagger_dir = tagger  # a converted tagger's folder; None: flair's, in the cache (fetch-tagger)
         self._tagger: Tagger | None = None  # a fused model's, loaded when first needed or by prepare()
+        self.first_stage = first_stage  # the cascade's (streampunct.cascade); None: no cascade
 
     @property
     def tagger(self) -> Tagger | None:
@@ -141,15 +146,18 @@ class Punctuator:
             if model.head.weight.device.type != "cpu":
                 raise InputError("int8 is for the transformer models (default, base) on the CPU")
             model.quantize_int8()
-        return cls(
-            model, WordPieces(d / "vocab.txt", model.cfg.max_pieces), tagger, Decider.load(d, model.cfg)
-        )
+        pieces = WordPieces(d / "vocab.txt", model.cfg.max_pieces)
+        return cls(model, pieces, tagger, Decider.load(d, model.cfg), FirstStage.load(d, model))
 
     def deciding_with(self, decider: Decider) -> Punctuator:
         """This punctuator (its model, word pieces and tagger, shared) deciding with other evidence."""
         other = copy.copy(self)
         other.decider = decider
         return other
+
+    def engine_name(self, engine: str, lookahead: int | None) -> str:
+        """The engine ``engine`` (``"auto"`` among them) runs as at ``lookahead``."""
+        return resolve_engine(self.model, engine, lookahead, self.first_stage is not None)
 
     @property
     def device(self) -> torch.device:
@@ -196,7 +204,7 @@ class Punctuator:
         ``sentences``, it closes each sentence once its words are final
         (:meth:`~streampunct.stream.PunctStream.take_sentences`)."""
         policy = Lookahead(lookahead, max_delay_ms)
-        engine_ = make_engine(self.model, engine, lookahead)
+        engine_ = make_engine(self.model, engine, lookahead, self.first_stage)
         decider = self.decider if pauses else self.decider.text_alone()
         return PunctStream(engine_, self.pieces, policy, decider, self.tagger, on_decision, sentences)
 
@@ -236,7 +244,7 @@ class Punctuator:
         on_decision: OnDecision | None = None,
     ) -> list[int]:
         """Token labels; with ``words`` (``source[t]``: token t's word), their evidence too."""
-        engine_ = make_engine(self.model, engine, lookahead)
+        engine_ = make_engine(self.model, engine, lookahead, self.first_stage)
         if not tokens:
             return []
         logits = engine_.logits(self.pieces.encode(tokens), lookahead, self.tags(tokens, lookahead))

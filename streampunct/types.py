@@ -30,7 +30,7 @@ __all__ = [
 
 MAX_LOOKAHEAD = 64
 SAMPLE_RATE = 16000  # Hz: the audio every front end takes (Whisper's rate, /v1/asr's PCM)
-ENGINES = ("auto", "masked", "window")  # how the lookahead is bounded (streampunct.engines)
+ENGINES = ("auto", "masked", "window", "cascade")  # how the lookahead is bounded (streampunct.engines)
 SENTENCE_ENDS = ("PERIOD", "QUESTION")  # the labels whose mark ends a sentence
 
 

@@ -18,7 +18,6 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from benchmarks.common import WORDS, finals, talk, validate
 from benchmarks.common import spawn_server as start_server
-from streampunct.engines import resolve_engine
 from streampunct.text import caption_text
 
 
@@ -228,7 +227,7 @@ def test_config_errors(server):
 
 @pytest.mark.parametrize(("lookahead", "engine"), [(0, "auto"), (0, "masked"), (2, "masked")])
 def test_config_chooses_the_engine(server, shipped, lookahead, engine):
-    runs = resolve_engine(shipped.model, engine, lookahead)  # auto: the checkpoint's window_from
+    runs = shipped.engine_name(engine, lookahead)  # auto: the checkpoint's window_from
     words = "so what did you do today i went home and then well i slept a lot".split()
 
     async def go():
