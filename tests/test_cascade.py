@@ -121,3 +121,49 @@ def test_a_broken_first_stage_file_is_a_clear_error(tiny, tmp_path):
     (tmp_path / "first_stage.json").write_text('{"config": {"left": "x"}}')
     with pytest.raises(CheckpointError, match="first stage"):
         Punctuator.load(tmp_path, device="cpu")
+
+
+def test_train_first_stage_as_a_user_runs_it(tiny, tmp_path, capsys):
+    """`streampunct train-first-stage` on a checkpoint folder: it learns, chooses a threshold on
+    the dev text, writes its two files beside the model, and the folder then streams with the
+    cascade (auto), finals equal to predict()."""
+    from streampunct.cli import main
+
+    def tsv(path, n, seed):
+        words, labels = [], []
+        for w in varied_words(n, seed):
+            bare = w.rstrip(",.?!;:-")
+            end = w[len(bare) :]
+            words.append(bare or w)
+            labels.append(
+                "QUESTION" if "?" in end else "PERIOD" if "." in end else "COMMA" if "," in end else "O"
+            )
+        path.write_text("".join(f"{w}\t{label}\n" for w, label in zip(words, labels)))
+        return path
+
+    ckpt = tmp_path / "ckpt"
+    tiny.model.save(ckpt)
+    shutil.copy(DEFAULT_CHECKPOINT / "vocab.txt", ckpt)
+    train, dev = tsv(tmp_path / "train.tsv", 3000, 1), tsv(tmp_path / "dev.tsv", 400, 2)
+    args = ["train-first-stage", "--model", str(ckpt), "--train", str(train), "--dev", str(dev)]
+    assert main([*args, "--words", "3000", "--dev-words", "400", "--batch", "64", "--epochs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "chosen threshold" in out and f"first stage written to {ckpt}" in out
+    p = Punctuator.load(ckpt, device="cpu")
+    assert p.first_stage is not None and p.engine_name("auto", 2) == "cascade"
+    words = varied_words(150, seed=3)
+    stream = p.stream(lookahead=2, max_delay_ms=None)
+    assert run_stream(stream, words) == p.predict(words, lookahead=2)
+    missing = [
+        "train-first-stage",
+        "--model",
+        str(ckpt),
+        "--train",
+        str(tmp_path / "none.tsv"),
+        "--dev",
+        str(dev),
+    ]
+    assert main(missing) == 2  # one line, not a traceback
+    assert (
+        capsys.readouterr().err.strip() == "streampunct: error: give --train FILE (or set STREAMPUNCT_DATA)"
+    )
