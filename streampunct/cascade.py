@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .engines import MAX_PASSES, Pieces, WindowEngine, WindowPass, WindowStream
+from .engines import Pieces, WindowEngine, WindowPass, WindowStream
 from .errors import CheckpointError
 from .model import PunctModel
 
@@ -105,13 +105,16 @@ class FirstStage(nn.Module):
         """The tokens that the windows of ``ts`` read."""
         return max(0, min(ts) - self.cfg.left), max(ends)
 
-    @torch.no_grad()
     def probabilities(self, pieces: Sequence[Pieces], ts: Sequence[int], ends: Sequence[int]) -> np.ndarray:
         """(len(ts), 4) probabilities of tokens of a text (``ends``: where each one's reading ends)."""
         if not len(ts):
             return np.zeros((0, 4), dtype=np.float32)
-        index = self.index(ts, ends, 0, len(pieces)).to(self.emb.device)
-        return self(self.vectors(pieces), index).softmax(-1).float().cpu().numpy()
+        return self.read(pieces, self.index(ts, ends, 0, len(pieces)))
+
+    @torch.no_grad()
+    def read(self, pieces: Sequence[Pieces], index: torch.Tensor) -> np.ndarray:
+        """(N, 4) probabilities of the rows ``index`` (:meth:`index`) picks among ``pieces``."""
+        return self(self.vectors(pieces), index.to(self.emb.device)).softmax(-1).float().cpu().numpy()
 
     def save(self, directory: str | Path, dev: dict | None = None) -> None:
         """The first stage's two files; ``dev``: how its threshold was chosen."""
@@ -161,6 +164,13 @@ class CascadeEngine(WindowEngine):
         """Which rows the first stage decides: no mark, at least ``threshold`` sure."""
         return probs[:, 0] >= self.first.cfg.threshold
 
+    def full_probabilities(self, ids: Sequence[Pieces], k: int) -> np.ndarray:
+        """The first stage's probabilities of a text's tokens that have ``k`` tokens after them
+        (the first ``len(ids) - k``), the only ones it may decide."""
+        full = range(max(0, len(ids) - k))
+        reads = _reads(self.first, k)
+        return self.first.probabilities(ids, full, [t + reads + 1 for t in full])
+
     def logits(
         self,
         ids: Sequence[Pieces],
@@ -170,13 +180,11 @@ class CascadeEngine(WindowEngine):
     ) -> torch.Tensor:
         k = self.bounded(lookahead)
         n = len(ids)
-        full = range(max(0, n - k))  # tokens with k after them
-        reads = _reads(self.first, k)
-        probs = self.first.probabilities(ids, full, [t + reads + 1 for t in full])
+        probs = self.full_probabilities(ids, k)
         sure = self.sure(probs)
         out = torch.empty(n, self.model.cfg.n_labels)
-        out[: len(full)][torch.from_numpy(sure)] = torch.from_numpy(_as_logits(probs[sure]))
-        rest = [t for t in range(n) if t >= len(full) or not sure[t]]
+        out[: len(sure)][torch.from_numpy(sure)] = torch.from_numpy(_as_logits(probs[sure]))
+        rest = [t for t in range(n) if t >= len(sure) or not sure[t]]
         out[rest] = self.rows(ids, rest, k, batch_size)
         return out
 
@@ -205,8 +213,7 @@ class Judgement:
                 span, rows = s.reading(ts)
                 index.append(torch.where(rows >= 0, rows + len(pieces), -1))
                 pieces += span
-            with torch.no_grad():
-                probs = first(first.vectors(pieces), torch.cat(index)).softmax(-1).float().numpy()
+            probs = first.read(pieces, torch.cat(index))
             at = 0
             for s, ts in asks:
                 s.judged(ts, probs[at : at + len(ts)])
@@ -227,10 +234,6 @@ class CascadeStream(WindowStream):
 
     def _end(self, t: int) -> int:
         return min(t + self.reads + 1, self.tokens.end)
-
-    def _decidable(self, first: int) -> range:
-        """Tokens from ``first`` on with their full lookahead, at most MAX_PASSES of them."""
-        return range(first, min(self.tokens.end - self.k, first + MAX_PASSES))
 
     def _stale(self, ts: Sequence[int]) -> list[int]:
         return [t for t in ts if t not in self.probs or self.probs[t][0] != self._end(t)]
@@ -254,10 +257,7 @@ class CascadeStream(WindowStream):
     def _judge(self, ts: Sequence[int]) -> None:
         todo = self._stale(ts)
         if todo:
-            pieces, index = self.reading(todo)
-            with torch.no_grad():
-                probs = self.first(self.first.vectors(pieces), index).softmax(-1).float().numpy()
-            self.judged(todo, probs)
+            self.judged(todo, self.first.read(*self.reading(todo)))
 
     def _cleared(self, t: int) -> bool:
         return bool(self.sure(self.probs[t][1][None])[0])

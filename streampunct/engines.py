@@ -491,11 +491,13 @@ class WindowStream:
         lookahead (decided this step, so the pass is shared), or the last final one."""
         return max(0, first_open - 1, self.tokens.end - 1 - self.k)
 
+    def _decidable(self, first: int) -> range:
+        """Tokens from ``first`` on with their full lookahead, at most MAX_PASSES of them."""
+        return range(first, min(self.tokens.end - self.k, first + MAX_PASSES))
+
     def _full(self, first: int) -> list[WindowPass]:
-        """The passes of the tokens from ``first`` on that have their full lookahead, at most
-        MAX_PASSES of them."""
-        last = min(self.tokens.end - self.k, first + MAX_PASSES)
-        return [self._pass(t, t + self.k + 1)[0] for t in range(first, last)]
+        """The passes of the tokens :meth:`_decidable` from ``first``."""
+        return [self._pass(t, t + self.k + 1)[0] for t in self._decidable(first)]
 
     def work(self, first_open: int) -> Sequence[Work]:
         self._full(first_open)

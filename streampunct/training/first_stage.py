@@ -119,8 +119,8 @@ def choose_threshold(
     t0 = time.perf_counter()
     window = WindowEngine(p.model).logits(ids, k).argmax(-1).numpy()
     window_s = time.perf_counter() - t0
-    full = range(max(0, len(ids) - k))
-    probs = stage.probabilities(ids, full, [t + k + 1 for t in full])
+    cascade = CascadeEngine(p.model, stage)
+    probs = cascade.full_probabilities(ids, k)
 
     def f1(predicted: np.ndarray) -> float:
         return score(labels, [LABELS[i] for i in predicted]).micro_f1
@@ -128,8 +128,9 @@ def choose_threshold(
     base = f1(window)
     rows = []
     for threshold in THRESHOLDS:
+        replace_threshold(stage, threshold)
         sure = np.zeros(len(ids), dtype=bool)
-        sure[: len(full)] = CascadeEngine(p.model, replace_threshold(stage, threshold)).sure(probs)
+        sure[: len(probs)] = cascade.sure(probs)
         rows.append(
             {
                 "threshold": threshold,
