@@ -1,7 +1,8 @@
 """The text model fine-tuned on speech dev's recognised words, one run per recording left out (issue 73).
 
     python -m benchmarks.folds --cache E2E --conv CONV --out FOLDS [--model default|base] [--steps 250]
-                               [--folds CAR0001 CAR0002 GAS0001 GAS0002 all] [--threads 1] [--device cpu]
+                               [--folds CAR0001 CAR0002 GAS0001 GAS0002 all] [--heard ASR_TRAIN]
+                               [--threads 1] [--device cpu]
     python -m benchmarks.text_alone --cache E2E --left-out FOLDS/MODEL --out ...   # scores them
 
 E2E is ``python -m benchmarks.e2e record --only speech_dev``'s cache, CONV ``streampunct
@@ -13,7 +14,8 @@ same command to go on where it stopped) and, once done, a checkpoint link for ``
 
 - **labels**: the fold's recordings as each recogniser heard them, with the reference's own words
   (``asr_corpus.from_recordings``: the reference's marks carried onto each), ``SPEECH_REPEAT`` times;
-  then ``SPEECHLIKE_WORDS`` of speech-like TED (CONV/ted_speechlike.tsv);
+  then ``SPEECHLIKE_WORDS`` of speech-like TED (CONV/ted_speechlike.tsv), and with ``--heard``
+  a recogniser's words of other speech (``streampunct.training.asr_corpus``'s asr_train.tsv);
 - **taught** (``--taught``, the model's shipped self teaching at ``DISTILL``): ``TED_WORDS`` of TED
   and ``CHAT_WORDS`` of chit-chat train, whose own marks cost the consultations (runC, runD);
 - 16 windows of 128 words a step, ``LR`` after ``WARMUP`` steps, decaying to zero at ``--steps``;
@@ -65,8 +67,9 @@ def taught_text(conv: Path, ted: Path, out: Path) -> Path:
     return path
 
 
-def fold_text(cache: Path, conv: Path, fold: str, out: Path) -> Path:
-    """The labelled text of a fold: every speech dev recording but the one it leaves out."""
+def fold_text(cache: Path, conv: Path, fold: str, out: Path, other: Path | None = None) -> Path:
+    """The labelled text of a fold: every speech dev recording but the one it leaves out (and
+    ``other``, a recogniser's words of other speech with its marks carried on, where given)."""
     path = out / f"train_{fold}.tsv"
     if not path.exists():
         names = [n for n in SPEECH_SPLIT["speech_dev"] if n != fold]
@@ -74,7 +77,10 @@ def fold_text(cache: Path, conv: Path, fold: str, out: Path) -> Path:
         from_recordings(cache, names, heard)
         speech = (heard / "asr_train.tsv").read_text(encoding="utf-8")
         path.write_text(
-            speech * SPEECH_REPEAT + head(conv / "ted_speechlike.tsv", SPEECHLIKE_WORDS), encoding="utf-8"
+            speech * SPEECH_REPEAT
+            + head(conv / "ted_speechlike.tsv", SPEECHLIKE_WORDS)
+            + (other.read_text(encoding="utf-8") if other else ""),
+            encoding="utf-8",
         )
     return path
 
@@ -89,7 +95,7 @@ def train_fold(args: argparse.Namespace, fold: str, taught: Path, out: Path) -> 
     argv = [
         sys.executable, "-m", "streampunct", "train",
         "--init", str(shipped), "--teacher", str(shipped), "--taught", str(taught), "--distill", str(DISTILL),
-        "--train", str(fold_text(Path(args.cache), Path(args.conv), fold, out)),
+        "--train", str(fold_text(Path(args.cache), Path(args.conv), fold, out, args.heard)),
         "--dev", str(Path(args.conv) / "chat_dev.tsv"), "--dev-words", str(DEV_WORDS),
         "--out", str(run), "--lr", str(LR), "--warmup", str(WARMUP), "--max-steps", str(args.steps),
         "--eval-every", str(max(1, args.steps // EVALS)), "--patience", str(EVALS), "--batch", "16", "--window-share", "0.3",
@@ -110,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", required=True, help="FOLDS: the runs go to FOLDS/MODEL/")
     ap.add_argument("--model", default="default", help="the shipped model that starts and teaches")
     ap.add_argument("--folds", nargs="+", default=[*SPEECH_SPLIT["speech_dev"], ALL])
+    ap.add_argument("--heard", type=Path, help="asr_corpus's asr_train.tsv, into every fold's labels")
     ap.add_argument("--steps", type=int, default=250)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")

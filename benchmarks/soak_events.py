@@ -214,7 +214,17 @@ async def cycle(
         "failures": failed[:5],
         **{
             k: census[k]
-            for k in ("traced_mb", "rss_mb", "rss_after_trim_mb", "fds", "tasks", "threads", "kept")
+            for k in (
+                "traced_mb",
+                "rss_mb",
+                "rss_after_trim_mb",
+                "heap_mb",
+                "arenas",
+                "fds",
+                "tasks",
+                "threads",
+                "kept",
+            )
         },
         "objects": census["objects"],
         "traced_top": census["traced_top"],
@@ -315,6 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--warm-up", type=int, default=2, help="cycles the rule does not count")
     ap.add_argument("--control-cycles", type=int, default=3, help="cycles of the leaking server (0: none)")
     ap.add_argument("--asr-pause-s", type=float, default=20.0, help="the long pause in each cycle's audio")
+    ap.add_argument("--no-audio", action="store_true", help="no /v1/asr lane (which lane holds memory)")
     ap.add_argument("--arenas", type=int, help="MALLOC_ARENA_MAX for the server (the allocator's arm)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", type=Path, default=CACHE, help="where the speech is made and kept")
@@ -324,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     per = {k: v * args.share / args.cycles for k, v in EIGHT_HOURS.items()}
     per["punct_streams"] = EIGHT_HOURS["punct_streams"]  # concurrent streams: not a count to share
     audio = None
-    if per["asr_seconds"] >= 10:
+    if per["asr_seconds"] >= 10 and not args.no_audio:
         from streampunct.clients.file import load_audio
 
         wav, _ = make_speech(words, labels, per["asr_seconds"] / 60, args.cache)

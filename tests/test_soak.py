@@ -131,6 +131,7 @@ def test_the_soak_counted_in_events_counts_every_event_and_its_leaking_control_f
             cycles
         )
         assert all(c["traced_mb"] and c["objects"] and c["fds"] and c["threads"] for c in cycles)
+        assert all(c["heap_mb"]["in_use"] > 0 and c["heap_mb"]["free"] >= 0 for c in cycles), cycles
         kept = sum(c["connections"] for c in cycles) if leak else 0
         assert cycles[-1]["kept"] == kept
     rule = verdict(cycles, 1)

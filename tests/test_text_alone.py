@@ -68,8 +68,8 @@ def test_each_source_alone_and_its_own_marks(tmp_path):
 
 def test_a_fold_learns_every_recording_but_the_one_it_leaves_out(tmp_path, monkeypatch):
     """benchmarks/folds.py: the fold named after a recording trains on the others' words (each
-    recogniser's and the reference's, ``SPEECH_REPEAT`` times) and speech-like text; the taught text is
-    TED, then chit-chat."""
+    recogniser's and the reference's, ``SPEECH_REPEAT`` times), speech-like text and, where given, other
+    recognised speech; the taught text is TED, then chit-chat."""
     cache, conv = tmp_path / "e2e", tmp_path / "conv"
     cache.mkdir(), conv.mkdir()
     for name, said in (
@@ -90,6 +90,9 @@ def test_a_fold_learns_every_recording_but_the_one_it_leaves_out(tmp_path, monke
     each = [["one\tO", "two\tO", "three\tPERIOD"], ["six\tPERIOD"], ["seven\tPERIOD"]]
     heard = [line for said in each for line in said * 2]  # a recording's reference, then tiny.en's words
     assert text == heard * folds.SPEECH_REPEAT + ["like\tO"] * 2
+    (tmp_path / "other.tsv").write_text("heard\tCOMMA\n")  # --heard: a recogniser's words of other speech
+    more = folds.fold_text(cache, conv, "CAR0001", tmp_path, tmp_path / "other.tsv").read_text().splitlines()
+    assert more[-3:] == ["like\tO", "like\tO", "heard\tCOMMA"]
     taught = folds.taught_text(conv, tmp_path / "ted.tsv", tmp_path).read_text().splitlines()
     assert taught == ["ted\tPERIOD"] + ["chat\tO"] * 3
     with pytest.raises(SystemExit):

@@ -16,7 +16,7 @@ import tracemalloc
 from collections import Counter
 from typing import Any
 
-from .allocator import arenas, trim
+from .allocator import arenas, heap, trim
 
 __all__ = ["ENABLED", "LEAKS", "census", "keep"]
 
@@ -41,7 +41,8 @@ def _rss_mb() -> float:
 def census() -> dict[str, Any]:
     """After a full collection: the bytes Python's allocations hold (None unless tracemalloc
     traces) and the lines that allocated the most of them, the live objects by type (those with at least ``MIN_COUNT``), open file descriptors,
-    asyncio tasks, threads, malloc's arenas, and resident memory before and after ``malloc_trim(0)``."""
+    asyncio tasks, threads, malloc's arenas, resident memory before and after ``malloc_trim(0)`` and,
+    after it, malloc's heap (bytes in use, free inside it, mapped apart)."""
     gc.collect()
     counts = Counter(map(type, gc.get_objects()))
     types: Counter[str] = Counter()
@@ -50,6 +51,7 @@ def census() -> dict[str, Any]:
     rss = _rss_mb()
     trim()
     trimmed = _rss_mb()  # before the snapshot below, which allocates
+    malloc = heap()
     try:
         tasks = len(asyncio.all_tasks())
     except RuntimeError:  # no running loop
@@ -68,5 +70,6 @@ def census() -> dict[str, Any]:
         "rss_mb": rss,
         "rss_after_trim_mb": trimmed,
         "arenas": arenas(),
+        "heap_mb": None if malloc is None else {k: v / 2**20 for k, v in malloc.items()},
         "kept": len(_kept),
     }
